@@ -1,0 +1,53 @@
+# prescaler: the two commands are `make run` and `make test`; both install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+PORT ?= 6443
+ANNOUNCER_PORT ?= 8099
+
+.PHONY: install run test bench lint clean tools
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[test,dev]'
+	@touch $(STAMP)
+
+# Test-time tools from Debian (Prometheus, kubectl); each test that needs one skips with a reason
+# when it cannot be installed.
+tools:
+	@bash scripts/install-prometheus.sh || echo "note: Prometheus could not be installed; its tests will be skipped"
+	@command -v kubectl >/dev/null || bash scripts/install-kubectl.sh || echo "note: kubectl could not be installed; its tests will be skipped"
+
+run: install
+	@mkdir -p .run
+	@echo "starting the demo announcer on 127.0.0.1:$(ANNOUNCER_PORT) and prescaler on https://127.0.0.1:$(PORT)"
+	@echo "try:  kubectl --kubeconfig .run/kubeconfig get --raw '/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps?labelSelector=resource%3Dservice-a'"
+	@echo "      kubectl --kubeconfig .run/kubeconfig get --raw /apis/external.metrics.k8s.io/v1beta1"
+	@echo "      curl -sk 'https://127.0.0.1:$(PORT)/prescaler/v1/preview?metric=rps&namespace=service-a&resource=service-a&duration=30m'"
+	@$(VENV)/bin/prescaler demo-announcer --port $(ANNOUNCER_PORT) & announcer=$$!; \
+	trap "kill $$announcer 2>/dev/null" EXIT INT TERM; \
+	$(VENV)/bin/prescaler serve --manifests examples/local --secure-port $(PORT) --bind-address 127.0.0.1 \
+		--write-kubeconfig .run/kubeconfig
+
+test: install tools
+	$(PY) -m pytest -q
+
+bench: install tools
+	$(PIP) install --quiet statsmodels
+	$(PY) bench/serve.py
+	$(PY) bench/timeline.py
+	$(PY) bench/forecast.py
+	$(PY) bench/scaling.py
+
+lint: install
+	$(VENV)/bin/ruff check adapter tests bench
+	$(VENV)/bin/mypy adapter
+
+clean:
+	rm -rf $(VENV) .run .pytest_cache

@@ -1,0 +1,193 @@
+"""The HTTP layer: external.metrics.k8s.io/v1beta1 plus health, version, metrics and OpenAPI.
+
+`/apis...` is the hot path (the HPA asks every 15 s per metric and HPA), so it is a plain ASGI
+handler in front of FastAPI: a lookup in the engine's published snapshot and a few bytes of JSON.
+Everything else (health, version, /metrics, OpenAPI, preview) is ordinary FastAPI routes.
+Errors are metav1.Status bodies exactly as an aggregated API server sends them (wire.md §3); bad
+input never produces a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from adapter import observability as obs
+from adapter.api import openapi, wire
+from adapter.engine import Engine
+from adapter.labels import SelectorError, parse_query_selector
+from adapter.version import version_info
+
+log = logging.getLogger("prescaler.api")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_JSON = [(b"content-type", b"application/json")]
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+_GROUP_PREFIX = "/apis/" + wire.GROUP
+_VERSION_PREFIX = f"{_GROUP_PREFIX}/{wire.VERSION}"
+
+# Static discovery bodies never change; build them once.
+_GROUP_LIST = wire.api_group_list()
+_GROUP = wire.api_group()
+
+
+class PrescalerApp:
+    """The ASGI application. `extra_routes` lets the CLI add routes (e.g. preview) to the FastAPI part."""
+
+    def __init__(self, engine: Engine, lifespan: Callable[[], Any] | None = None,
+                 ready: Callable[[], bool] | None = None, preview: Any = None):
+        self.engine = engine
+        self._ready = ready or (lambda: engine.synced)
+        self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
+        self.fastapi = _build_fastapi(self, lifespan, preview)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/apis"):
+            started = time.perf_counter()
+            route, code = await self._apis(scope, send)
+            obs.REQUEST_SECONDS.labels(route=route, code=str(code)).observe(time.perf_counter() - started)
+            return
+        await self.fastapi(scope, receive, send)
+
+    # ---------------------------------------------------------------- /apis (hot path)
+
+    async def _apis(self, scope: Scope, send: Send) -> tuple[str, int]:
+        path: str = scope["path"]
+        if len(path) > 1 and path.endswith("/"):
+            path = path[:-1]
+        method = scope["method"]
+        if path == "/apis":
+            return "discovery", await self._discovery(send, method, _GROUP_LIST)
+        if path == _GROUP_PREFIX:
+            return "discovery", await self._discovery(send, method, _GROUP)
+        if path == _VERSION_PREFIX:
+            return "discovery", await self._discovery(send, method, self._resource_list())
+        if not path.startswith(_VERSION_PREFIX + "/"):
+            # Outside every web service: the generic apiserver answers text/plain (wire §1.1).
+            await _respond(send, 404, b"404 page not found\n", _TEXT)
+            return "other", 404
+        parts = path[len(_VERSION_PREFIX) + 1:].split("/")
+        if len(parts) != 3 or parts[0] != "namespaces" or not parts[1] or not parts[2]:
+            await _respond(send, 404, wire.not_found_resource(), _JSON)
+            return "other", 404
+        if method not in ("GET", "HEAD"):
+            await _respond(send, 405, wire.method_not_allowed(method), _JSON)
+            return "value", 405
+        return "value", await self._value(scope, send, parts[1], parts[2])
+
+    async def _discovery(self, send: Send, method: str, body: bytes) -> int:
+        if method not in ("GET", "HEAD"):
+            await _respond(send, 405, wire.method_not_allowed(method), _JSON)
+            return 405
+        await _respond(send, 200, body, _JSON)
+        return 200
+
+    def _resource_list(self) -> bytes:
+        names = tuple(self.engine.metric_names())
+        cached_names, body = self._resource_list_cache
+        if names != cached_names:
+            body = wire.api_resource_list(names)
+            self._resource_list_cache = (names, body)
+        return body
+
+    async def _value(self, scope: Scope, send: Send, namespace: str, metric: str) -> int:
+        try:
+            selector_text = _label_selector(scope.get("query_string", b""))
+            selector = parse_query_selector(selector_text)
+        except (SelectorError, UnicodeDecodeError, ValueError) as exc:
+            message = str(exc) if isinstance(exc, SelectorError) else f"invalid query string: {exc}"
+            await _respond(send, 400, wire.status(400, "BadRequest", message), _JSON)
+            return 400
+        now = self.engine.clock()
+        result = self.engine.query(metric, namespace, selector, now)
+        if result.error_code == 404:
+            await _respond(send, 404, wire.status(404, "NotFound", result.error_message), _JSON)
+            return 404
+        if result.error_code:
+            await _respond(send, result.error_code, wire.status(result.error_code, "ServiceUnavailable",
+                                                                result.error_message), _JSON)
+            return result.error_code
+        await _respond(send, 200, wire.external_metric_value_list(metric, result.values, now), _JSON)
+        return 200
+
+
+def _label_selector(query_string: bytes) -> str:
+    if not query_string:
+        return ""
+    params = parse_qs(query_string.decode("utf-8", errors="strict"), keep_blank_values=True,
+                      errors="strict", max_num_fields=64)
+    values = params.get("labelSelector")
+    return values[0] if values else ""
+
+
+async def _respond(send: Send, code: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": code,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+# ---------------------------------------------------------------- everything that is not /apis
+
+
+def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None, preview: Any) -> FastAPI:
+    @asynccontextmanager
+    async def _lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if lifespan is None:
+            yield
+        else:
+            async with lifespan():
+                yield
+
+    api = FastAPI(title="prescaler", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_lifespan)
+
+    @api.get("/healthz", response_class=PlainTextResponse)
+    @api.get("/livez", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        return "ok"
+
+    @api.get("/readyz", response_class=PlainTextResponse)
+    async def readyz() -> Response:
+        if app._ready():
+            return PlainTextResponse("ok")
+        return PlainTextResponse("not ready: objects not loaded yet\n", status_code=503)
+
+    @api.get("/version")
+    async def version() -> JSONResponse:
+        return JSONResponse(version_info())
+
+    @api.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(obs.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    @api.get("/openapi/v2")
+    async def openapi_v2() -> Response:
+        return Response(openapi.v2_bytes(), media_type="application/json")
+
+    @api.get("/openapi/v3")
+    async def openapi_v3_root() -> Response:
+        return Response(json.dumps(openapi.v3_root()), media_type="application/json")
+
+    @api.get(f"/openapi/v3/apis/{wire.GROUP}/{wire.VERSION}")
+    async def openapi_v3_gv() -> Response:
+        return Response(openapi.v3_bytes(), media_type="application/json")
+
+    if preview is not None:
+        preview(api, app.engine)
+
+    @api.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                   include_in_schema=False)
+    async def fallback(path: str) -> Response:
+        return PlainTextResponse("404 page not found\n", status_code=404)
+
+    return api

@@ -1,0 +1,363 @@
+"""Typed models of the two custom resources (DESIGN §2), parsed from plain dicts (YAML or API JSON).
+
+`prescaler.pingpong.ai/v1`, cluster-scoped: `VirtualMetric` and `VirtualMetricEvent`. Parsing is
+strict (unknown fields are errors, as with a structural CRD schema) and every error names the object
+and the field path. The kind-specific part of a source is validated by its own class
+(`adapter.sources.registry`), so a new source kind needs no change here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from adapter.durations import DurationError, parse_duration
+from adapter.errors import ValidationError
+from adapter.sources.base import CommonSourceSettings
+
+GROUP = "prescaler.pingpong.ai"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND_METRIC = "VirtualMetric"
+KIND_EVENT = "VirtualMetricEvent"
+
+MERGE_STRATEGIES = ("Sum", "Max", "Min", "Average")
+ON_STALE = ("Hold", "UseKnown")
+SOURCE_KINDS = ("api", "schedule", "prometheus", "forecast")
+COMMON_SOURCE_FIELDS = ("interval", "timeout", "staleAfter", "onStale")
+
+# A metric name becomes a URL path segment (wire.md §1.1): no '/', '%', and not '.' or '..'.
+_METRIC_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:|]{0,251}[A-Za-z0-9_])?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+MAX_METRIC_ENTRIES = 1000
+
+
+@dataclass(frozen=True)
+class VirtualMetric:
+    name: str  # metadata.name
+    metric_name: str  # spec.name: the external metric served
+    default_value: float = 0.0
+    merge_strategy: str = "Sum"
+    lead_time: float = 0.0
+    hold_time: float = 0.0
+    min: float | None = None
+    max: float | None = None
+    generation: int = 0
+    uid: str = ""
+
+    def clamp(self, value: float) -> float:
+        if self.min is not None and value < self.min:
+            value = self.min
+        if self.max is not None and value > self.max:
+            value = self.max
+        return value
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    namespace: str
+    name: str | None = None
+    # Take the target's name from this label of each item (prometheus series); exclusive with name.
+    name_from_label: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricEntry:
+    metric: str  # the VirtualMetric's spec.name
+    resource: ResourceRef
+    expression: str
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    kind: str
+    config: Any  # the kind's own parsed config (opaque here)
+    common: CommonSourceSettings
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class VirtualMetricEvent:
+    name: str
+    source: SourceSpec
+    metrics: tuple[MetricEntry, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    generation: int = 0
+    uid: str = ""
+
+
+ConfigParser = Callable[[str, Mapping[str, Any], str], Any]
+
+
+# ---------------------------------------------------------------- small typed readers with paths
+
+
+def expect_mapping(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValidationError(path, f"expected an object, got {_type_name(value)}")
+    return value
+
+
+def reject_unknown(obj: Mapping[str, Any], allowed: tuple[str, ...] | set[str], path: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            hint = ", ".join(sorted(allowed))
+            raise ValidationError(_join(path, str(key)), f"unknown field (allowed: {hint})")
+
+
+def read_number(obj: Mapping[str, Any], key: str, path: str, default: float | None = None,
+                required: bool = False) -> float | None:
+    if key not in obj or obj[key] is None:
+        if required:
+            raise ValidationError(_join(path, key), "required")
+        return default
+    value = obj[key]
+    if isinstance(value, str):
+        # Allow Kubernetes quantity-ish strings such as "10" or "2.5" written quoted in YAML.
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValidationError(_join(path, key), f"expected a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(_join(path, key), f"expected a number, got {_type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number) or abs(number) > 1e15:
+        raise ValidationError(_join(path, key), f"{value!r} is not a finite number within ±1e15")
+    return number
+
+
+def read_string(obj: Mapping[str, Any], key: str, path: str, default: str | None = None,
+                required: bool = False, choices: tuple[str, ...] | None = None,
+                max_length: int = 4096) -> str | None:
+    if key not in obj or obj[key] is None:
+        if required:
+            raise ValidationError(_join(path, key), "required")
+        return default
+    value = obj[key]
+    if not isinstance(value, str):
+        raise ValidationError(_join(path, key), f"expected a string, got {_type_name(value)}")
+    if required and not value:
+        raise ValidationError(_join(path, key), "must not be empty")
+    if len(value) > max_length:
+        raise ValidationError(_join(path, key), f"longer than {max_length} characters")
+    if choices is not None and value not in choices:
+        raise ValidationError(_join(path, key), f"{value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def read_duration(obj: Mapping[str, Any], key: str, path: str, default: float,
+                  minimum: float = 0.0, maximum: float = 366 * 86400.0) -> float:
+    if key not in obj or obj[key] is None:
+        return default
+    try:
+        seconds = parse_duration(obj[key])
+    except DurationError as exc:
+        raise ValidationError(_join(path, key), str(exc)) from None
+    if seconds < minimum or seconds > maximum:
+        raise ValidationError(_join(path, key), f"{obj[key]!r} must be between {minimum:g}s and {maximum:g}s")
+    return seconds
+
+
+def read_bool(obj: Mapping[str, Any], key: str, path: str, default: bool = False) -> bool:
+    if key not in obj or obj[key] is None:
+        return default
+    if not isinstance(obj[key], bool):
+        raise ValidationError(_join(path, key), f"expected true or false, got {_type_name(obj[key])}")
+    return bool(obj[key])
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def _metadata(doc: Mapping[str, Any], kind: str) -> tuple[str, Mapping[str, Any]]:
+    meta = expect_mapping(doc.get("metadata"), "metadata") if "metadata" in doc else None
+    if meta is None:
+        raise ValidationError("metadata", "required", obj=kind)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValidationError("metadata.name", "required", obj=kind)
+    if not _DNS1123_SUBDOMAIN.match(name):
+        raise ValidationError("metadata.name", f"{name!r} is not a valid DNS-1123 subdomain", obj=f"{kind}/{name}")
+    if meta.get("namespace"):
+        # Cluster-scoped resources: a namespace in the manifest is a mistake worth reporting.
+        raise ValidationError("metadata.namespace", f"{kind} is cluster-scoped; remove the namespace",
+                              obj=f"{kind}/{name}")
+    return name, meta
+
+
+def _generation(meta: Mapping[str, Any]) -> int:
+    gen = meta.get("generation", 0)
+    return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+
+
+def object_id(doc: Mapping[str, Any]) -> str:
+    """'Kind/name' for messages, best effort on malformed input."""
+    kind = doc.get("kind") if isinstance(doc, Mapping) else None
+    meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return f"{kind or '?'}/{name or '?'}"
+
+
+# ---------------------------------------------------------------- VirtualMetric
+
+
+def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
+    name, meta = _metadata(doc, KIND_METRIC)
+    obj = f"{KIND_METRIC}/{name}"
+    try:
+        _check_type(doc, KIND_METRIC)
+        spec = expect_mapping(doc.get("spec", {}) or {}, "spec")
+        reject_unknown(spec, ("name", "defaultValue", "mergeStrategy", "leadTime", "holdTime", "min", "max"),
+                       "spec")
+        metric_name = read_string(spec, "name", "spec", default=name) or name
+        if not _METRIC_NAME.match(metric_name) or metric_name in (".", ".."):
+            raise ValidationError("spec.name", f"{metric_name!r} is not a valid metric name (a URL path "
+                                  "segment: letters, digits, '-', '_', '.', ':')")
+        minimum = read_number(spec, "min", "spec")
+        maximum = read_number(spec, "max", "spec")
+        if minimum is not None and maximum is not None and minimum > maximum:
+            raise ValidationError("spec.min", f"min ({minimum:g}) is greater than max ({maximum:g})")
+        return VirtualMetric(
+            name=name,
+            metric_name=metric_name,
+            default_value=read_number(spec, "defaultValue", "spec", default=0.0) or 0.0,
+            merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum",
+                                       choices=MERGE_STRATEGIES) or "Sum",
+            lead_time=read_duration(spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
+            hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
+            min=minimum,
+            max=maximum,
+            generation=_generation(meta),
+            uid=str(meta.get("uid", "")),
+        )
+    except ValidationError as exc:
+        raise exc.for_object(obj) from None
+
+
+def _check_type(doc: Mapping[str, Any], kind: str) -> None:
+    if doc.get("apiVersion") != API_VERSION:
+        raise ValidationError("apiVersion", f"expected {API_VERSION}, got {doc.get('apiVersion')!r}")
+    if doc.get("kind") != kind:
+        raise ValidationError("kind", f"expected {kind}, got {doc.get('kind')!r}")
+    reject_unknown(doc, ("apiVersion", "kind", "metadata", "spec", "status"), "")
+
+
+# ---------------------------------------------------------------- VirtualMetricEvent
+
+
+def parse_virtual_metric_event(doc: Mapping[str, Any], source_parsers: Mapping[str, ConfigParser]) -> VirtualMetricEvent:
+    """Parse a VirtualMetricEvent. `source_parsers[kind](kind, spec, path)` validates a source's block."""
+    name, meta = _metadata(doc, KIND_EVENT)
+    obj = f"{KIND_EVENT}/{name}"
+    try:
+        _check_type(doc, KIND_EVENT)
+        spec = expect_mapping(doc.get("spec"), "spec")
+        reject_unknown(spec, ("source", "metrics"), "spec")
+        source = _parse_source(spec.get("source"), source_parsers)
+        metrics = _parse_metric_entries(spec.get("metrics"))
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                        for k, v in labels.items()):
+            raise ValidationError("metadata.labels", "expected a map of string to string")
+        return VirtualMetricEvent(name=name, source=source, metrics=metrics, labels=dict(labels),
+                                  generation=_generation(meta), uid=str(meta.get("uid", "")))
+    except ValidationError as exc:
+        raise exc.for_object(obj) from None
+
+
+def _parse_source(raw: Any, source_parsers: Mapping[str, ConfigParser]) -> SourceSpec:
+    if raw is None:
+        raise ValidationError("spec.source", "required")
+    src = expect_mapping(raw, "spec.source")
+    reject_unknown(src, SOURCE_KINDS + COMMON_SOURCE_FIELDS, "spec.source")
+    kinds = [k for k in SOURCE_KINDS if k in src]
+    if len(kinds) != 1:
+        raise ValidationError("spec.source", f"exactly one of {', '.join(SOURCE_KINDS)} is required"
+                              + (f" (got {', '.join(kinds)})" if kinds else ""))
+    kind = kinds[0]
+    if kind not in source_parsers:
+        raise ValidationError(f"spec.source.{kind}", f"source kind {kind!r} is not available in this build")
+    block = dict(expect_mapping(src[kind], f"spec.source.{kind}"))
+    # The shared settings may sit beside the kind (DESIGN §2) or inside its block; the same field in
+    # both places must agree, so a manifest can never mean two things.
+    common_raw: dict[str, Any] = {}
+    for key in COMMON_SOURCE_FIELDS:
+        outer, inner = src.get(key), block.pop(key, None)
+        if outer is not None and inner is not None and outer != inner:
+            raise ValidationError(f"spec.source.{kind}.{key}", f"conflicts with spec.source.{key}")
+        if outer is not None or inner is not None:
+            common_raw[key] = outer if outer is not None else inner
+    default_interval = _default_interval(kind)
+    interval = read_duration(common_raw, "interval", "spec.source", default_interval, minimum=1.0)
+    timeout = read_duration(common_raw, "timeout", "spec.source", min(5.0, interval), minimum=0.1, maximum=300.0)
+    stale_after = read_duration(common_raw, "staleAfter", "spec.source", 5 * interval, minimum=interval)
+    on_stale = read_string(common_raw, "onStale", "spec.source", default="Hold", choices=ON_STALE) or "Hold"
+    common = CommonSourceSettings(interval=interval, timeout=timeout, stale_after=stale_after, on_stale=on_stale)
+    config = source_parsers[kind](kind, block, f"spec.source.{kind}")
+    return SourceSpec(kind=kind, config=config, common=common, raw=dict(src))
+
+
+def _default_interval(kind: str) -> float:
+    from adapter.sources.registry import default_interval  # late: registry imports source modules
+
+    return default_interval(kind)
+
+
+def _parse_metric_entries(raw: Any) -> tuple[MetricEntry, ...]:
+    if raw is None:
+        raise ValidationError("spec.metrics", "required")
+    if not isinstance(raw, list) or not raw:
+        raise ValidationError("spec.metrics", "expected a non-empty list")
+    if len(raw) > MAX_METRIC_ENTRIES:
+        raise ValidationError("spec.metrics", f"more than {MAX_METRIC_ENTRIES} entries")
+    entries = []
+    for index, item in enumerate(raw):
+        path = f"spec.metrics[{index}]"
+        entry = expect_mapping(item, path)
+        reject_unknown(entry, ("name", "resource", "value"), path)
+        metric = read_string(entry, "name", path, required=True) or ""
+        if not _METRIC_NAME.match(metric):
+            raise ValidationError(f"{path}.name", f"{metric!r} is not a valid metric name")
+        resource = _parse_resource(entry.get("resource"), f"{path}.resource")
+        value = expect_mapping(entry.get("value"), f"{path}.value") if "value" in entry else None
+        if value is None:
+            raise ValidationError(f"{path}.value", "required")
+        reject_unknown(value, ("expression",), f"{path}.value")
+        expression = value.get("expression")
+        if isinstance(expression, (int, float)) and not isinstance(expression, bool):
+            expression = repr(expression)  # `expression: 5` in YAML is a constant
+        if not isinstance(expression, str) or not expression.strip():
+            raise ValidationError(f"{path}.value.expression", "required: a non-empty expression string")
+        entries.append(MetricEntry(metric=metric, resource=resource, expression=expression))
+    return tuple(entries)
+
+
+def _parse_resource(raw: Any, path: str) -> ResourceRef:
+    if raw is None:
+        raise ValidationError(path, "required")
+    res = expect_mapping(raw, path)
+    reject_unknown(res, ("name", "namespace", "nameFromLabel"), path)
+    namespace = read_string(res, "namespace", path, required=True) or ""
+    if not _DNS1123_LABEL.match(namespace):
+        raise ValidationError(f"{path}.namespace", f"{namespace!r} is not a valid namespace name")
+    name = read_string(res, "name", path)
+    from_label = read_string(res, "nameFromLabel", path)
+    if (name is None) == (from_label is None):
+        raise ValidationError(path, "exactly one of name or nameFromLabel is required")
+    if name is not None and not _DNS1123_SUBDOMAIN.match(name):
+        raise ValidationError(f"{path}.name", f"{name!r} is not a valid resource name")
+    return ResourceRef(namespace=namespace, name=name, name_from_label=from_label)

@@ -1,0 +1,195 @@
+"""Local mode: VirtualMetric / VirtualMetricEvent manifests from YAML files, reloaded on change.
+
+`prescaler serve --manifests PATH [...]` with files or directories (searched recursively for
+*.yaml / *.yml / *.json, multi-document). The embedded default for local runs and tests.
+
+- A file that fails to parse keeps the last good version of its objects; the error is logged and
+  kept in `errors` (shown by /readyz detail and logs) until the file is fixed.
+- Invalid objects are handed to the engine like valid ones: it records their errors per object,
+  so one bad object never hides the others.
+- `kind: Secret` documents (data or stringData) serve as the secret store for source headers.
+- Other kinds (an HPA beside the metrics, say) are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from adapter.resources import KIND_EVENT, KIND_METRIC
+
+log = logging.getLogger("prescaler.manifests")
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ManifestError(ValueError):
+    pass
+
+
+@dataclass
+class _FileState:
+    stamp: tuple[int, int, int] | None = None
+    docs: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+class ManifestStore:
+    """Feeds an ObjectSink (the engine) from files; `poll()` re-reads what changed."""
+
+    def __init__(self, sink: Any, paths: Iterable[str], poll_interval: float = 1.0):
+        self.sink = sink
+        self.paths = [Path(p) for p in paths]
+        self.poll_interval = poll_interval
+        self.files: dict[Path, _FileState] = {}
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self._task: asyncio.Task[None] | None = None
+        for path in self.paths:
+            if not path.exists():
+                raise ManifestError(f"--manifests {path}: no such file or directory")
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {str(p): s.error for p, s in self.files.items() if s.error}
+
+    def discover(self) -> list[Path]:
+        found: list[Path] = []
+        for path in self.paths:
+            if path.is_dir():
+                found.extend(sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file()))
+            elif path.is_file():
+                found.append(path)
+        return found
+
+    def poll(self) -> bool:
+        """Re-read changed, new and removed files; push a full resync when anything changed."""
+        current = self.discover()
+        changed = False
+        for path in current:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+            state = self.files.setdefault(path, _FileState())
+            if state.stamp == stamp:
+                continue
+            state.stamp = stamp
+            changed = True
+            try:
+                state.docs = load_documents(path)
+                if state.error:
+                    log.info("%s: fixed, reloaded", path)
+                state.error = None
+            except ManifestError as exc:
+                state.error = str(exc)
+                log.error("%s (keeping the last good version of its objects)", exc)
+        for path in [p for p in self.files if p not in set(current)]:
+            del self.files[path]
+            changed = True
+        if changed:
+            self._push()
+        return changed
+
+    def _push(self) -> None:
+        metrics: dict[str, dict[str, Any]] = {}
+        events: dict[str, dict[str, Any]] = {}
+        secrets: dict[tuple[str, str], dict[str, str]] = {}
+        for path in sorted(self.files):
+            for doc in self.files[path].docs:
+                kind = doc.get("kind")
+                meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+                name = meta.get("name") if isinstance(meta, Mapping) else None
+                if kind in (KIND_METRIC, KIND_EVENT):
+                    target = metrics if kind == KIND_METRIC else events
+                    key = name if isinstance(name, str) else f"<unnamed in {path}>"
+                    if key in target:
+                        log.warning("%s %s is defined more than once; %s wins", kind, key, path)
+                    target[key] = doc
+                elif kind == "Secret" and isinstance(name, str):
+                    secrets[(str(meta.get("namespace") or "default"), name)] = _secret_data(doc)
+        self.secrets = secrets
+        self.sink.resync(KIND_METRIC, list(metrics.values()))
+        self.sink.resync(KIND_EVENT, list(events.values()))
+
+    def resolve_secret(self, namespace: str, name: str, key: str) -> str:
+        data = self.secrets.get((namespace, name))
+        if data is None:
+            raise LookupError(f"secret {namespace}/{name} not found in the manifests")
+        if key not in data:
+            raise LookupError(f"secret {namespace}/{name} has no key {key!r}")
+        return data[key]
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - a reload problem must not stop serving
+                log.exception("reloading manifests failed")
+
+    def start(self) -> None:
+        self.poll()
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="manifest-reload")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    """All mapping documents of a YAML (or JSON) file. Raises ManifestError naming file and line."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ManifestError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ManifestError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ManifestError(f"{path}:{where}: invalid YAML: {problem}") from None
+    out: list[dict[str, Any]] = []
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ManifestError(f"{path}: document {index + 1} is not a mapping (got {type(doc).__name__})")
+        if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+            out.extend(d for d in doc["items"] if isinstance(d, dict))
+        else:
+            out.append(doc)
+    return out
+
+
+def _secret_data(doc: Mapping[str, Any]) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for key, value in (doc.get("data") or {}).items():
+        try:
+            data[str(key)] = base64.b64decode(str(value), validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            log.warning("secret %s: key %s is not valid base64 text", doc.get("metadata", {}).get("name"), key)
+    for key, value in (doc.get("stringData") or {}).items():
+        data[str(key)] = str(value)
+    return data
+
+
+def env_paths(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(os.pathsep) if p]

@@ -1,0 +1,308 @@
+"""Timelines: contributions merged per (metric, target) into the served value V(t) (DESIGN §3).
+
+For one key (metric m, target r):
+  F(s) = mergeStrategy over contributions active at s (active on [start, end + holdTime)),
+         defaultValue when none is active;
+  V(t) = clamp(max over s in [t, t + leadTime] of F(s), min, max).
+
+F is piecewise constant with right-open segments, so V is too; its breakpoints are the contribution
+edges b and b - leadTime. We precompute V's breakpoints and values for every key in one vectorised
+pass, so a query is a dictionary lookup plus a binary search: nothing is rebuilt per GET, and time
+passing needs no rebuild either.
+
+Layout: all keys share flat numpy arrays (CSR style, key k owns [offsets[k], offsets[k+1])). Internally
+times are int64 milliseconds shifted by _SHIFT so that `time - leadTime` stays positive, and each
+breakpoint is combined with its key index into one sortable int64 (`key << 43 | ms`), which lets one
+`np.unique`/`np.searchsorted` serve all keys at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+_TIME_BITS = 43  # 2**43 ms ~ year 2248, beyond adapter.items.MAX_TIMESTAMP plus the shift
+_TIME_MASK = (1 << _TIME_BITS) - 1
+_MAX_SPAN_MS = 8 * 86400 * 1000  # leadTime/holdTime are capped at 7 days by validation
+_SHIFT = _MAX_SPAN_MS
+_MAX_KEYS = 1 << (62 - _TIME_BITS)
+
+STRATEGIES = ("Sum", "Max", "Min", "Average")
+
+
+@dataclass(frozen=True)
+class MetricPolicy:
+    default_value: float = 0.0
+    merge_strategy: str = "Sum"
+    lead_time: float = 0.0
+    hold_time: float = 0.0
+    min: float | None = None
+    max: float | None = None
+
+    def clamp(self, value: float) -> float:
+        if self.min is not None and value < self.min:
+            value = self.min
+        if self.max is not None and value > self.max:
+            value = self.max
+        return value
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One (metric entry, item) pair: `value` on [start, end); holdTime is applied by the timeline."""
+
+    start: float
+    end: float
+    value: float
+
+
+@dataclass
+class ContributionArrays:
+    """Columnar contributions for a bulk build: key index, start, end (seconds), value."""
+
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    value: np.ndarray
+
+    @staticmethod
+    def empty() -> "ContributionArrays":
+        return ContributionArrays(np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0))
+
+    @staticmethod
+    def concat(parts: Sequence["ContributionArrays"]) -> "ContributionArrays":
+        if not parts:
+            return ContributionArrays.empty()
+        return ContributionArrays(*(np.concatenate([getattr(p, f) for p in parts])
+                                    for f in ("key", "start", "end", "value")))
+
+
+def to_ms(seconds: np.ndarray | float) -> np.ndarray:
+    return np.rint(np.asarray(seconds, dtype=float) * 1000.0).astype(np.int64)
+
+
+class TimelineSet:
+    """V(t) for many keys, precomputed. Immutable once built; safe to share across threads."""
+
+    def __init__(self, keys: list[Hashable], pre_values: np.ndarray, offsets: np.ndarray,
+                 break_ms: np.ndarray, values: np.ndarray):
+        self.keys = keys
+        self.index = {key: i for i, key in enumerate(keys)}
+        self._pre = pre_values  # V before the key's first breakpoint (clamped default)
+        self._offsets = offsets
+        self._break_ms = break_ms  # plain unix ms (unshifted)
+        self._values = values
+        self._pre_list = pre_values.tolist()
+        self._offsets_list = offsets.tolist()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.index
+
+    def value_at(self, key: Hashable, t: float) -> float | None:
+        """V(t) for one key, or None when the key is unknown. O(log n) with no allocation of note."""
+        k = self.index.get(key)
+        if k is None:
+            return None
+        lo, hi = self._offsets_list[k], self._offsets_list[k + 1]
+        if lo == hi:
+            return self._pre_list[k]
+        i = int(np.searchsorted(self._break_ms[lo:hi], int(round(t * 1000.0)), side="right"))
+        return self._pre_list[k] if i == 0 else float(self._values[lo + i - 1])
+
+    def values_at(self, key: Hashable, times: np.ndarray) -> np.ndarray:
+        k = self.index[key]
+        lo, hi = self._offsets_list[k], self._offsets_list[k + 1]
+        idx = np.searchsorted(self._break_ms[lo:hi], to_ms(times), side="right")
+        out = np.full(len(idx), self._pre_list[k], dtype=float)
+        inside = idx > 0
+        out[inside] = self._values[lo + idx[inside] - 1]
+        return out
+
+    def breakpoints(self, key: Hashable) -> np.ndarray:
+        """Times (seconds) at which V changes for this key (for previews and plots)."""
+        k = self.index[key]
+        return self._break_ms[self._offsets_list[k]:self._offsets_list[k + 1]] / 1000.0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._pre.nbytes + self._offsets.nbytes + self._break_ms.nbytes + self._values.nbytes)
+
+
+class Timeline:
+    """A single key's V(t); convenience wrapper used by the simulator and previews."""
+
+    def __init__(self, timelines: TimelineSet):
+        self._set = timelines
+
+    def value_at(self, t: float) -> float:
+        value = self._set.value_at(0, t)
+        assert value is not None
+        return value
+
+    def values_at(self, times: np.ndarray) -> np.ndarray:
+        return self._set.values_at(0, np.asarray(times, dtype=float))
+
+    def breakpoints(self) -> np.ndarray:
+        return self._set.breakpoints(0)
+
+
+def build_timeline(policy: MetricPolicy, contributions: Iterable[Contribution]) -> Timeline:
+    items = list(contributions)
+    arrays = ContributionArrays(
+        key=np.zeros(len(items), dtype=np.int64),
+        start=np.array([c.start for c in items], dtype=float),
+        end=np.array([c.end for c in items], dtype=float),
+        value=np.array([c.value for c in items], dtype=float),
+    )
+    return Timeline(build_timelines([0], [policy], arrays))
+
+
+def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
+                    contributions: ContributionArrays) -> TimelineSet:
+    """Build V for every key at once. `policies[k]` belongs to `keys[k]`; `contributions.key` indexes keys.
+
+    Contributions with a non-finite value or an empty window are ignored (the engine reports them
+    before they get here).
+    """
+    n_keys = len(keys)
+    if n_keys >= _MAX_KEYS:
+        raise ValueError(f"too many timeline keys ({n_keys})")
+    default = np.array([p.default_value for p in policies], dtype=float)
+    lead_ms = to_ms([p.lead_time for p in policies]) if n_keys else np.empty(0, np.int64)
+    hold_ms = to_ms([p.hold_time for p in policies]) if n_keys else np.empty(0, np.int64)
+    lo_clamp = np.array([-math.inf if p.min is None else p.min for p in policies], dtype=float)
+    hi_clamp = np.array([math.inf if p.max is None else p.max for p in policies], dtype=float)
+    strategy = np.array([STRATEGIES.index(p.merge_strategy) for p in policies], dtype=np.int8)
+
+    kidx = np.asarray(contributions.key, dtype=np.int64)
+    start = to_ms(contributions.start) + _SHIFT
+    end = to_ms(contributions.end) + _SHIFT
+    value = np.asarray(contributions.value, dtype=float)
+    if len(kidx):
+        end = end + hold_ms[kidx]
+        keep = np.isfinite(value) & (end > start)
+        if not keep.all():
+            kidx, start, end, value = kidx[keep], start[keep], end[keep], value[keep]
+
+    # --- F: merged load per segment --------------------------------------------------------------
+    key_shift = kidx << _TIME_BITS
+    s_comb, e_comb = key_shift | start, key_shift | end
+    breaks = np.unique(np.concatenate([s_comb, e_comb]))  # sorted; segment j = [breaks[j], breaks[j+1])
+    i_s = np.searchsorted(breaks, s_comb)
+    i_e = np.searchsorted(breaks, e_comb)
+    seg, seg_val = _expand_ranges(i_s, i_e, value)
+    n_b = len(breaks)
+    count = np.bincount(seg, minlength=n_b)
+    total = np.bincount(seg, weights=seg_val, minlength=n_b)
+    break_key = breaks >> _TIME_BITS
+    seg_strategy = strategy[break_key] if n_b else np.empty(0, np.int8)
+    f = np.where(count > 0, total, default[break_key] if n_b else 0.0)
+    active = count > 0
+    avg_mask = active & (seg_strategy == 3)
+    f[avg_mask] = total[avg_mask] / count[avg_mask]
+    if np.any(seg_strategy == 1) or np.any(seg_strategy == 2):
+        seg_max, seg_min = _group_extrema(seg, seg_val, n_b)
+        f = np.where(active & (seg_strategy == 1), seg_max, f)
+        f = np.where(active & (seg_strategy == 2), seg_min, f)
+
+    # --- V: lookahead peak over [t, t + leadTime] -------------------------------------------------
+    per_key = np.bincount(break_key, minlength=n_keys) if n_b else np.zeros(n_keys, np.int64)
+    first = np.concatenate([[0], np.cumsum(per_key)])[:-1]  # index of each key's first breakpoint
+    lead_of_break = lead_ms[break_key] if n_b else np.empty(0, np.int64)
+    if n_b and np.any(lead_of_break > 0):
+        cand = np.unique(np.concatenate([breaks, breaks - lead_of_break]))
+        cand_key = cand >> _TIME_BITS
+        lo = np.searchsorted(breaks, cand, side="right") - 1
+        hi = np.searchsorted(breaks, cand + lead_ms[cand_key], side="right") - 1
+        before_first = lo < first[cand_key]  # window starts before the key's first edge: default is in it
+        lo = np.where(before_first, first[cand_key], lo)
+        v = _range_max(f, lo, hi)
+        v = np.where(before_first, np.maximum(v, default[cand_key]), v)
+        v_breaks, v_key = cand, cand_key
+    else:
+        v, v_breaks, v_key = f, breaks, break_key
+    v = np.clip(v, lo_clamp[v_key], hi_clamp[v_key]) if len(v) else v
+    pre = np.clip(default, lo_clamp, hi_clamp)
+
+    counts = np.bincount(v_key, minlength=n_keys) if len(v_key) else np.zeros(n_keys, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    plain_ms = (v_breaks & _TIME_MASK) - _SHIFT
+    return TimelineSet(list(keys), pre, offsets, plain_ms.astype(np.int64), v.astype(float))
+
+
+def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Segment indices i_s[c] .. i_e[c]-1 for every contribution c, with its value repeated."""
+    lengths = i_e - i_s
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return np.empty(0, np.int64), np.empty(0)
+    starts = np.repeat(i_s - (np.cumsum(lengths) - lengths), lengths)
+    seg = starts + np.arange(total, dtype=np.int64)
+    return seg, np.repeat(value, lengths)
+
+
+def _group_extrema(seg: np.ndarray, val: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    seg_max = np.full(n, -np.inf)
+    seg_min = np.full(n, np.inf)
+    if len(seg):
+        order = np.argsort(seg, kind="stable")
+        seg_sorted, val_sorted = seg[order], val[order]
+        starts = np.flatnonzero(np.concatenate([[True], seg_sorted[1:] != seg_sorted[:-1]]))
+        groups = seg_sorted[starts]
+        seg_max[groups] = np.maximum.reduceat(val_sorted, starts)
+        seg_min[groups] = np.minimum.reduceat(val_sorted, starts)
+    return seg_max, seg_min
+
+
+def _range_max(f: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(f[lo[i]:hi[i]+1]) for each i (lo <= hi). Expands short ranges; sparse table for long ones."""
+    lengths = hi - lo + 1
+    total = int(lengths.sum())
+    if total <= 8 * len(lo) + 1_000_000:
+        idx, _ = _expand_ranges(lo, hi + 1, np.zeros(len(lo)))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        return np.maximum.reduceat(f[idx], starts)
+    table = [f]
+    span = 1
+    while span * 2 <= int(lengths.max()):
+        prev = table[-1]
+        table.append(np.maximum(prev[:-span], prev[span:]))
+        span *= 2
+    level = np.floor(np.log2(lengths)).astype(np.int64)
+    out = np.empty(len(lo))
+    for lv in np.unique(level):
+        sel = level == lv
+        width = 1 << int(lv)
+        out[sel] = np.maximum(table[lv][lo[sel]], table[lv][hi[sel] - width + 1])
+    return out
+
+
+def reference_value(policy: MetricPolicy, contributions: Sequence[Contribution], t: float,
+                    probe_points: Mapping[str, float] | None = None) -> float:
+    """Brute-force V(t) straight from DESIGN §3, for tests: evaluate F at every point where it can
+    change inside [t, t + leadTime] and take the peak."""
+    def merged(s: float) -> float:
+        active = [c.value for c in contributions if c.start <= s < c.end + policy.hold_time]
+        if not active:
+            return policy.default_value
+        if policy.merge_strategy == "Sum":
+            return math.fsum(active)
+        if policy.merge_strategy == "Max":
+            return max(active)
+        if policy.merge_strategy == "Min":
+            return min(active)
+        return math.fsum(active) / len(active)
+
+    horizon = t + policy.lead_time
+    points = {t, horizon}
+    for c in contributions:
+        for edge in (c.start, c.end + policy.hold_time):
+            if t <= edge <= horizon:
+                points.add(edge)
+    return policy.clamp(max(merged(s) for s in points))
