@@ -32,7 +32,7 @@ from adapter.errors import ValidationError
 MAX_EXPRESSION_LENGTH = 1000
 MAX_NODES = 200
 MAX_EXPONENT = 64.0
-MAX_MAGNITUDE = 1e18  # intermediate results beyond this are treated as overflow
+MAX_MAGNITUDE = 1e18  # results beyond this are treated as overflow
 
 FUNCTION_NAMES = ("min", "max", "abs", "ceil", "floor", "round")
 
@@ -111,11 +111,11 @@ class CompiledExpression:
             if name not in columns:
                 return np.full(size, np.nan)
         with np.errstate(all="ignore"):
-            result = np.asarray(_vector_eval(self.tree.body, columns), dtype=float)
-        if result.shape != (size,):
-            result = np.broadcast_to(result, (size,)).astype(float)
-        result = np.where(np.isfinite(result) & (np.abs(result) <= MAX_MAGNITUDE), result, np.nan)
-        return result
+            values, failed = _vector_eval(self.tree.body, columns)
+            result = np.broadcast_to(np.asarray(values, dtype=float), (size,)).astype(float)
+            failed = np.broadcast_to(np.asarray(failed, dtype=bool), (size,))
+            ok = ~failed & np.isfinite(result) & (np.abs(result) <= MAX_MAGNITUDE)
+        return np.where(ok, result, np.nan)
 
 
 def compile_expression(text: str, path: str = "", known_names: frozenset[str] | None = None) -> CompiledExpression:
@@ -213,71 +213,83 @@ def _finite(result: Any) -> float:
 # ---------------------------------------------------------------- numpy evaluation of the same AST
 
 
-def _vector_eval(node: ast.AST, columns: Mapping[str, np.ndarray]) -> Any:
+def _vector_eval(node: ast.AST, columns: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
+    """(values, failed): `failed` marks items whose scalar evaluation would have raised, honouring
+    Python's lazy evaluation of `x if c else y`, `and` and `or` (so `a / b if b else 0` is safe)."""
     if isinstance(node, ast.Constant):
-        return float(node.value)
+        return float(node.value), False
     if isinstance(node, ast.Name):
-        return columns[node.id]
+        column = columns[node.id]
+        return column, ~np.isfinite(column)
     if isinstance(node, ast.UnaryOp):
-        operand = _vector_eval(node.operand, columns)
+        operand, bad = _vector_eval(node.operand, columns)
         if isinstance(node.op, ast.USub):
-            return -operand
+            return -operand, bad
         if isinstance(node.op, ast.UAdd):
-            return +operand
-        return np.where(np.asarray(operand) != 0, 0.0, 1.0)  # not
+            return +operand, bad
+        return np.where(np.asarray(operand) != 0, 0.0, 1.0), bad  # not
     if isinstance(node, ast.BinOp):
-        left, right = _vector_eval(node.left, columns), _vector_eval(node.right, columns)
-        if isinstance(node.op, ast.Pow):
-            right_arr = np.asarray(right, dtype=float)
-            bad = np.abs(right_arr) > MAX_EXPONENT
-            out = np.power(np.asarray(left, dtype=float), right_arr)
-            return np.where(bad, np.nan, out)
+        (left, bad_l), (right, bad_r) = _vector_eval(node.left, columns), _vector_eval(node.right, columns)
+        left_arr, right_arr = np.asarray(left, dtype=float), np.asarray(right, dtype=float)
+        bad = bad_l | bad_r
         if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
-            right_arr = np.asarray(right, dtype=float)
-            out = _BINOPS[type(node.op)](np.asarray(left, dtype=float), right_arr)
-            return np.where(right_arr == 0, np.nan, out)  # Python raises; we drop
-        return _BINOPS[type(node.op)](left, right)
+            bad = bad | (right_arr == 0)  # Python raises ZeroDivisionError
+        out = _BINOPS[type(node.op)](left_arr, right_arr)
+        if isinstance(node.op, ast.Pow):
+            # Python raises for huge exponents (our bound), overflow and negative bases with fractions.
+            bad = bad | (np.abs(right_arr) > MAX_EXPONENT) | (np.isfinite(left_arr) & ~np.isfinite(out))
+        return out, bad
     if isinstance(node, ast.Compare):
         result: Any = True
-        left = _vector_eval(node.left, columns)
+        left, bad = _vector_eval(node.left, columns)
         for op, comparator in zip(node.ops, node.comparators):
-            right = _vector_eval(comparator, columns)
+            right, bad_r = _vector_eval(comparator, columns)
             result = np.logical_and(result, _CMPOPS[type(op)](left, right))
+            bad = bad | bad_r
             left = right
-        return np.asarray(result, dtype=float)
+        return np.asarray(result, dtype=float), bad
     if isinstance(node, ast.IfExp):
-        test = np.asarray(_vector_eval(node.test, columns)) != 0
-        return np.where(test, _vector_eval(node.body, columns), _vector_eval(node.orelse, columns))
+        test, bad_t = _vector_eval(node.test, columns)
+        chosen = np.asarray(test) != 0
+        body, bad_b = _vector_eval(node.body, columns)
+        other, bad_o = _vector_eval(node.orelse, columns)
+        return np.where(chosen, body, other), bad_t | np.where(chosen, bad_b, bad_o)
     if isinstance(node, ast.BoolOp):
-        # Python returns an operand, not a bool: `a or b` is a if a else b.
-        values = [_vector_eval(v, columns) for v in node.values]
-        result = values[-1]
-        for value in reversed(values[:-1]):
+        # Python returns an operand, not a bool, and stops at the first deciding operand.
+        evaluated = [_vector_eval(v, columns) for v in node.values]
+        result, bad = evaluated[-1]
+        for value, bad_v in reversed(evaluated[:-1]):
             truthy = np.asarray(value) != 0
-            result = np.where(truthy, result, value) if isinstance(node.op, ast.And) \
-                else np.where(truthy, value, result)
-        return result
+            decides = ~truthy if isinstance(node.op, ast.And) else truthy
+            result = np.where(decides, value, result)
+            bad = bad_v | np.where(decides, False, bad)
+        return result, bad
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)
-        args = [_vector_eval(a, columns) for a in node.args]
+        pairs = [_vector_eval(a, columns) for a in node.args]
+        args = [p[0] for p in pairs]
+        bad = False
+        for _, bad_a in pairs:
+            bad = bad | bad_a
         name = node.func.id
         if name == "min":
-            return _reduce(np.minimum, args)
+            return _reduce(np.minimum, args), bad
         if name == "max":
-            return _reduce(np.maximum, args)
+            return _reduce(np.maximum, args), bad
         if name == "abs":
-            return np.abs(args[0])
+            return np.abs(args[0]), bad
         if name == "ceil":
-            return np.ceil(args[0])
+            return np.ceil(args[0]), bad
         if name == "floor":
-            return np.floor(args[0])
+            return np.floor(args[0]), bad
         if len(args) == 2:
             digits = np.asarray(args[1], dtype=float)
             if digits.ndim:
-                return np.array([np.round(x, int(d)) for x, d in
-                                 np.broadcast(np.asarray(args[0], dtype=float), digits)])
-            return np.round(args[0], int(digits))
-        return np.round(args[0])
+                out = np.array([np.round(x, int(d)) for x, d in
+                                np.broadcast(np.asarray(args[0], dtype=float), digits)])
+                return out, bad
+            return np.round(args[0], int(digits)), bad
+        return np.round(args[0]), bad
     raise ExpressionError(f"unsupported expression part {type(node).__name__}")
 
 

@@ -1,0 +1,60 @@
+"""Small shared helpers for tests: an engine loaded with manifests on a fixed clock, ASGI requests."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable
+
+import httpx
+
+from adapter.api.app import PrescalerApp
+from adapter.engine import Engine
+
+NOW = 1_700_545_800.0  # the seed batch's start
+
+
+def metric(name: str = "rps", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": name},
+            "spec": {"name": name, "defaultValue": 0, "mergeStrategy": "Sum", **spec}}
+
+
+def schedule_event(name: str, items: list[dict[str, Any]], entries: list[dict[str, Any]],
+                   labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": meta,
+            "spec": {"source": {"schedule": {"items": items}}, "metrics": entries}}
+
+
+def entry(namespace: str, name: str, expression: str, metric_name: str = "rps") -> dict[str, Any]:
+    return {"name": metric_name, "resource": {"name": name, "namespace": namespace},
+            "value": {"expression": expression}}
+
+
+async def loaded_engine(docs: Iterable[dict[str, Any]], now: float = NOW) -> Engine:
+    """An engine on a fixed clock with every source fetched once and the timelines published."""
+    clock = {"now": now}
+    engine = Engine(clock=lambda: clock["now"], start_sources=False)
+    engine.test_clock = clock  # type: ignore[attr-defined]
+    await engine.start()
+    docs = list(docs)
+    engine.resync("VirtualMetric", [d for d in docs if d["kind"] == "VirtualMetric"])
+    engine.resync("VirtualMetricEvent", [d for d in docs if d["kind"] == "VirtualMetricEvent"])
+    await engine.settle()
+    await fetch_all(engine)
+    return engine
+
+
+async def fetch_all(engine: Engine) -> None:
+    await asyncio.gather(*(s.runner.fetch_once() for s in engine.events.values() if s.runner))
+    await engine.settle()
+
+
+def client(engine: Engine) -> httpx.AsyncClient:
+    app = PrescalerApp(engine)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://prescaler.test")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)

@@ -1,0 +1,199 @@
+"""Engine behaviour: snapshots, failures, staleness, isolation of broken objects, status."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapter.labels import parse_selector
+from tests.announcer_server import Announcer
+from tests.helpers import NOW, entry, fetch_all, loaded_engine, metric, run, schedule_event
+
+EVERYTHING = parse_selector("")
+A = parse_selector("resource=service-a")
+
+
+def api_event(url: str, name: str = "stage-vme", on_stale: str = "Hold", interval: str = "30s",
+              entries: list | None = None) -> dict:
+    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": name},
+            "spec": {"source": {"api": {"url": url}, "interval": interval, "onStale": on_stale},
+                     "metrics": entries or [entry("service-a", "service-a", "scheduledMessage * 2")]}}
+
+
+@pytest.fixture()
+def announcer():
+    server = Announcer()
+    yield server
+    server.close()
+
+
+def value(engine, selector=A, namespace="service-a", now=None):
+    result = engine.query("rps", namespace, selector, now)
+    assert result.error_code == 0, result.error_message
+    return [v.value for v in result.values]
+
+
+def test_snapshot_replaces_and_ids_dedupe(announcer: Announcer) -> None:
+    async def go():
+        batch = {"id": "b1", "start": NOW, "end": NOW + 60, "values": {"scheduledMessage": 50}}
+        announcer.set_items([batch, batch])  # the same id twice counts once
+        engine = await loaded_engine([metric(), api_event(announcer.url)])
+        first = value(engine, now=NOW + 1)
+        await fetch_all(engine)  # re-announcing the same batch never double-counts
+        second = value(engine, now=NOW + 1)
+        announcer.set_items([{**batch, "values": {"scheduledMessage": 10}}])
+        await fetch_all(engine)
+        third = value(engine, now=NOW + 1)
+        await engine.stop()
+        return first, second, third
+    assert run(go()) == ([100.0], [100.0], [20.0])
+
+
+def test_failed_fetch_keeps_items_and_hold_turns_503_when_stale(announcer: Announcer) -> None:
+    async def go():
+        announcer.set_items([{"start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 5}}])
+        engine = await loaded_engine([metric(), api_event(announcer.url, interval="10s")])
+        announcer.set_raw(b"oops", status=500)
+        engine.test_clock["now"] = NOW + 30
+        await fetch_all(engine)
+        still = value(engine, now=NOW + 30)
+        status = engine.event_status("stage-vme")
+        stale = engine.query("rps", "service-a", A, NOW + 51)  # staleAfter = 5 x 10s after the last success
+        await engine.stop()
+        return still, status, stale
+    still, status, stale = run(go())
+    assert still == [10.0]  # announced work is still coming
+    source = next(c for c in status["conditions"] if c["type"] == "SourceHealthy")
+    assert source["status"] == "False" and source["reason"] == "FetchFailed" and "500" in source["message"]
+    assert stale.error_code == 503
+    assert "stage-vme" in stale.error_message and "stale" in stale.error_message
+
+
+def test_use_known_keeps_serving_when_stale(announcer: Announcer) -> None:
+    async def go():
+        announcer.set_items([{"start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 5}}])
+        engine = await loaded_engine([metric(), api_event(announcer.url, on_stale="UseKnown", interval="10s")])
+        announcer.set_raw(b"", status=503)
+        await fetch_all(engine)
+        result = value(engine, now=NOW + 1000)
+        status = engine.event_status("stage-vme", now=NOW + 1000)
+        await engine.stop()
+        return result, status
+    result, status = run(go())
+    assert result == [10.0]
+    assert status["stale"] is True
+
+
+def test_source_down_from_start_holds_only_after_stale_after(announcer: Announcer) -> None:
+    async def go():
+        announcer.set_raw(b"not json")
+        engine = await loaded_engine([metric(), api_event(announcer.url, interval="10s")])
+        early = engine.query("rps", "service-a", A, NOW + 5)
+        late = engine.query("rps", "service-a", A, NOW + 60)
+        other = engine.query("rps", "service-b", parse_selector("resource=service-b"), NOW + 60)
+        await engine.stop()
+        return early, late, other
+    early, late, other = run(go())
+    assert early.error_code == 0 and [v.value for v in early.values] == [0.0]
+    assert late.error_code == 503
+    assert other.error_code == 0  # a target the stale source does not feed is unaffected
+
+
+def test_broken_objects_do_not_affect_others() -> None:
+    good = schedule_event("good", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}],
+                          [entry("service-a", "service-a", "n")])
+    bad_expr = schedule_event("bad-expr", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}],
+                              [entry("service-a", "service-a", "n +")])
+    two_sources = {**schedule_event("two-sources", [], [entry("service-a", "service-a", "n")])}
+    two_sources["spec"]["source"]["api"] = {"url": "http://127.0.0.1:1/x"}
+    div_zero = schedule_event("div-zero", [{"start": NOW, "end": NOW + 60, "values": {"n": 0}},
+                                           {"start": NOW, "end": NOW + 60, "values": {"n": 2}}],
+                              [entry("service-a", "service-a", "10 / n")])
+    bad_metric = metric("broken", mergeStrategy="Median")
+
+    async def go():
+        engine = await loaded_engine([metric(), bad_metric, good, bad_expr, two_sources, div_zero])
+        result = value(engine, now=NOW + 1)
+        statuses = {name: engine.event_status(name) for name in ("good", "bad-expr", "two-sources", "div-zero")}
+        metric_status = engine.metric_status("broken")
+        await engine.stop()
+        return result, statuses, metric_status
+    result, statuses, metric_status = run(go())
+    assert result == [3.0 + 5.0]  # good (3) + the div-zero object's valid item (10/2)
+    ready = {n: next(c for c in s["conditions"] if c["type"] == "Ready") for n, s in statuses.items()}
+    assert ready["good"]["status"] == "True"
+    assert ready["bad-expr"]["status"] == "False" and "spec.metrics[0].value.expression" in ready["bad-expr"]["message"]
+    assert "exactly one of" in ready["two-sources"]["message"]
+    exprs = next(c for c in statuses["div-zero"]["conditions"] if c["type"] == "ExpressionsValid")
+    assert exprs["status"] == "False" and "division by zero" in exprs["message"]
+    assert metric_status["conditions"][0]["status"] == "False"
+    assert "spec.mergeStrategy" in metric_status["conditions"][0]["message"]
+
+
+def test_unknown_virtual_metric_is_reported_on_the_event() -> None:
+    event = schedule_event("orphan", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
+                           [entry("service-a", "service-a", "n", metric_name="latency")])
+
+    async def go():
+        engine = await loaded_engine([metric(), event])
+        status = engine.event_status("orphan")
+        await engine.stop()
+        return status
+    ready = run(go())["conditions"][0]
+    assert ready["reason"] == "UnknownMetric" and "latency" in ready["message"]
+
+
+def test_delete_and_resync_remove_objects() -> None:
+    ev = schedule_event("ev", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}], [entry("service-a", "service-a", "n")])
+
+    async def go():
+        engine = await loaded_engine([metric(), ev])
+        before = value(engine, now=NOW + 1)
+        engine.delete("VirtualMetricEvent", "ev")
+        await engine.settle()
+        after_delete = value(engine, now=NOW + 1)
+        engine.resync("VirtualMetric", [])
+        await engine.settle()
+        gone = engine.query("rps", "service-a", A, NOW + 1)
+        await engine.stop()
+        return before, after_delete, gone
+    before, after_delete, gone = run(go())
+    assert before == [3.0] and after_delete == [0.0] and gone.error_code == 404
+
+
+def test_duplicate_metric_names_first_wins_and_second_reported() -> None:
+    a = metric("rps-a", defaultValue=1)
+    a["spec"]["name"] = "rps"
+    b = metric("rps-b", defaultValue=2)
+    b["spec"]["name"] = "rps"
+
+    async def go():
+        engine = await loaded_engine([a, b])
+        result = value(engine, now=NOW)
+        status = engine.metric_status("rps-b")
+        await engine.stop()
+        return result, status
+    result, status = run(go())
+    assert result == [1.0]
+    assert "already defined by VirtualMetric/rps-a" in status["conditions"][0]["message"]
+
+
+def test_thread_safe_apply_from_another_thread() -> None:
+    import threading
+
+    async def go():
+        engine = await loaded_engine([metric()])
+        ev = schedule_event("late", [{"start": NOW, "end": NOW + 60, "values": {"n": 4}}],
+                            [entry("service-a", "service-a", "n")])
+        thread = threading.Thread(target=engine.apply, args=(ev,))
+        thread.start()
+        thread.join()
+        import asyncio
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if "late" in engine.events and engine.events["late"].runner:
+                break
+        await fetch_all(engine)
+        result = value(engine, now=NOW + 1)
+        await engine.stop()
+        return result
+    assert run(go()) == [4.0]
