@@ -69,7 +69,9 @@ class SourceRunner:
         kind = self.source.kind
         started = time.perf_counter()
         try:
-            items = await asyncio.wait_for(self.source.fetch(now), timeout=self.source.common.timeout + 1.0)
+            # Sources that do more than one request or CPU work (forecast) declare their own deadline.
+            deadline = getattr(self.source, "fetch_deadline", None) or self.source.common.timeout + 1.0
+            items = await asyncio.wait_for(self.source.fetch(now), timeout=deadline)
             if len(items) > MAX_ITEMS_PER_SNAPSHOT:
                 raise SourceError(f"source returned {len(items)} items, more than {MAX_ITEMS_PER_SNAPSHOT}")
         except asyncio.CancelledError:

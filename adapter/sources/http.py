@@ -1,0 +1,477 @@
+"""Safe async HTTP GET shared by the `api`, `prometheus` and `forecast` sources (DESIGN §6).
+
+What "safe" means here:
+- one overall deadline per request (a server that drips one byte a second cannot hold a fetch open);
+- a response-size limit enforced while streaming, so a 100 MB body is never read into memory;
+- TLS verified by default, with an optional CA (inline PEM `caBundle` and/or `caFile`) or an explicit
+  `insecureSkipVerify`;
+- link-local (169.254.0.0/16, fe80::/10) and cloud metadata addresses are refused *after* DNS
+  resolution, at connect time, unless explicitly allowed. The check runs inside the connection
+  backend and we connect to the very address we checked, so DNS rebinding cannot slip past it.
+  Loopback and private ranges stay allowed: in-cluster services live there.
+- error messages name the URL without query string or credentials, never header values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpcore
+import httpx
+
+from adapter.errors import SourceError, ValidationError
+from adapter.resources import expect_mapping, read_bool, read_number, read_string, reject_unknown
+from adapter.sources.base import SourceContext
+
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+MAX_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+MAX_HEADERS = 32
+
+METADATA_HOSTNAMES = frozenset({"metadata.google.internal", "metadata.goog", "metadata"})
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, Oracle
+    "fd00:ec2::254",    # AWS IMDS over IPv6 (a ULA address, so not caught by the link-local rule)
+    "100.100.100.200",  # Alibaba Cloud (CGNAT range)
+    "169.254.170.2",    # AWS ECS task metadata
+))
+_LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+_LINK_LOCAL_V6 = ipaddress.ip_network("fe80::/10")
+
+# RFC 7230 token: what a header name may contain.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$")
+# Headers the client sets itself; letting users override them would break framing or routing.
+_RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    namespace: str
+    name: str
+    key: str
+
+    def describe(self) -> str:
+        return f"secret {self.namespace}/{self.name} key {self.key!r}"
+
+
+@dataclass(frozen=True)
+class HeaderSpec:
+    name: str
+    value: str | None = None
+    secret: SecretKeyRef | None = None
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    ca_bundle: str | None = None
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """The options every HTTP-based source block shares (api, prometheus, forecast history)."""
+
+    url: str
+    headers: tuple[HeaderSpec, ...] = ()
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    allow_link_local: bool = False
+
+
+HTTP_OPTION_FIELDS = ("url", "headers", "tls", "maxResponseBytes", "allowLinkLocal")
+
+
+def parse_http_options(block: Mapping[str, Any], path: str) -> HttpOptions:
+    """Read the shared HTTP fields of `block` (unknown-field checking is the caller's job)."""
+    url = read_string(block, "url", path, required=True) or ""
+    check_url(url, f"{path}.url")
+    max_bytes = read_number(block, "maxResponseBytes", path, default=DEFAULT_MAX_RESPONSE_BYTES)
+    assert max_bytes is not None
+    if max_bytes != int(max_bytes) or not 1024 <= max_bytes <= MAX_MAX_RESPONSE_BYTES:
+        raise ValidationError(f"{path}.maxResponseBytes",
+                              f"must be an integer between 1024 and {MAX_MAX_RESPONSE_BYTES}")
+    return HttpOptions(
+        url=url,
+        headers=parse_headers(block.get("headers"), f"{path}.headers"),
+        tls=parse_tls(block.get("tls"), f"{path}.tls"),
+        max_response_bytes=int(max_bytes),
+        allow_link_local=read_bool(block, "allowLinkLocal", path),
+    )
+
+
+def check_url(url: str, path: str) -> None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ValidationError(path, f"invalid URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValidationError(path, f"URL scheme must be http or https, got {parts.scheme or 'none'!r}")
+    if not parts.hostname:
+        raise ValidationError(path, "URL has no host")
+    if parts.username is not None or parts.password is not None:
+        # Credentials in URLs end up in logs; there are headers and secrets for that.
+        raise ValidationError(path, "credentials in the URL are not allowed; use headers or auth")
+    if any(ch.isspace() for ch in url):
+        raise ValidationError(path, "URL contains whitespace")
+
+
+def parse_secret_key_ref(raw: Any, path: str) -> SecretKeyRef:
+    ref = expect_mapping(raw, path)
+    reject_unknown(ref, ("namespace", "name", "key"), path)
+    return SecretKeyRef(
+        namespace=read_string(ref, "namespace", path, required=True, max_length=63) or "",
+        name=read_string(ref, "name", path, required=True, max_length=253) or "",
+        key=read_string(ref, "key", path, required=True, max_length=253) or "",
+    )
+
+
+def parse_headers(raw: Any, path: str) -> tuple[HeaderSpec, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValidationError(path, "expected a list of {name, value} or {name, valueFrom}")
+    if len(raw) > MAX_HEADERS:
+        raise ValidationError(path, f"more than {MAX_HEADERS} headers")
+    headers = []
+    for index, item in enumerate(raw):
+        where = f"{path}[{index}]"
+        entry = expect_mapping(item, where)
+        reject_unknown(entry, ("name", "value", "valueFrom"), where)
+        name = read_string(entry, "name", where, required=True) or ""
+        if not _HEADER_NAME.match(name):
+            raise ValidationError(f"{where}.name", f"{name[:40]!r} is not a valid HTTP header name")
+        if name.lower() in _RESERVED_HEADERS:
+            raise ValidationError(f"{where}.name", f"header {name!r} is set by the client and cannot be overridden")
+        has_value, has_from = "value" in entry, "valueFrom" in entry
+        if has_value == has_from:
+            raise ValidationError(where, "exactly one of value or valueFrom is required")
+        if has_value:
+            value = read_string(entry, "value", where, required=False, max_length=8192)
+            if value is None or not _header_value_ok(value):
+                raise ValidationError(f"{where}.value", "expected a string without line breaks")
+            headers.append(HeaderSpec(name=name, value=value))
+        else:
+            value_from = expect_mapping(entry["valueFrom"], f"{where}.valueFrom")
+            reject_unknown(value_from, ("secretKeyRef",), f"{where}.valueFrom")
+            if "secretKeyRef" not in value_from:
+                raise ValidationError(f"{where}.valueFrom.secretKeyRef", "required")
+            secret = parse_secret_key_ref(value_from["secretKeyRef"], f"{where}.valueFrom.secretKeyRef")
+            headers.append(HeaderSpec(name=name, secret=secret))
+    return tuple(headers)
+
+
+def parse_tls(raw: Any, path: str) -> TlsConfig:
+    if raw is None:
+        return TlsConfig()
+    tls = expect_mapping(raw, path)
+    reject_unknown(tls, ("caBundle", "caFile", "insecureSkipVerify"), path)
+    ca_bundle = read_string(tls, "caBundle", path, max_length=1024 * 1024)
+    if ca_bundle is not None and "-----BEGIN CERTIFICATE-----" not in ca_bundle:
+        raise ValidationError(f"{path}.caBundle", "expected PEM text with at least one BEGIN CERTIFICATE block")
+    if ca_bundle is not None:
+        try:
+            ssl.create_default_context(cadata=ca_bundle)
+        except (ssl.SSLError, ValueError) as exc:
+            raise ValidationError(f"{path}.caBundle", f"not a usable PEM CA bundle: {exc}") from None
+    ca_file = read_string(tls, "caFile", path)
+    insecure = read_bool(tls, "insecureSkipVerify", path)
+    if insecure and (ca_bundle or ca_file):
+        raise ValidationError(f"{path}.insecureSkipVerify", "cannot be combined with caBundle or caFile")
+    return TlsConfig(ca_bundle=ca_bundle, ca_file=ca_file, insecure_skip_verify=insecure)
+
+
+def _header_value_ok(value: str) -> bool:
+    return "\r" not in value and "\n" not in value and "\0" not in value
+
+
+# ---------------------------------------------------------------- helpers for messages and headers
+
+
+def safe_url(url: str) -> str:
+    """The URL as shown in messages: no credentials, no query string (it may carry tokens)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    except ValueError:
+        return "<invalid URL>"
+
+
+def resolve_headers(specs: Iterable[HeaderSpec], context: SourceContext) -> dict[str, str]:
+    """Header values, secrets read now (so a rotated Secret is picked up on the next fetch)."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        if spec.secret is None:
+            out[spec.name] = spec.value or ""
+            continue
+        # Secrets written with `echo` end in a newline; strip it before checking for line breaks.
+        value = read_secret(spec.secret, context, f"header {spec.name!r}").strip()
+        if not _header_value_ok(value):
+            raise SourceError(f"header {spec.name!r}: {spec.secret.describe()} contains a line break")
+        out[spec.name] = value
+    return out
+
+
+def read_secret(ref: SecretKeyRef, context: SourceContext, what: str) -> str:
+    try:
+        value = context.secrets(ref.namespace, ref.name, ref.key)
+    except Exception as exc:  # noqa: BLE001 - any resolver failure becomes a status message
+        # The resolver's message names the secret, never its content.
+        raise SourceError(f"{what}: cannot read {ref.describe()}: {_short(str(exc))}") from None
+    if not isinstance(value, str):
+        raise SourceError(f"{what}: {ref.describe()} is not text")
+    return value
+
+
+def read_text_file(path: str, what: str, limit: int = 64 * 1024) -> str:
+    """A small credential file (token, password), read at fetch time so rotation is picked up."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise SourceError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise SourceError(f"{what}: {path} is larger than {limit} bytes")
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SourceError(f"{what}: {path} is not UTF-8 text") from None
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- address policy
+
+
+class AddressRefused(Exception):
+    """A connection to a forbidden address was refused before any byte was sent."""
+
+
+def forbidden_reason(address: str) -> str | None:
+    """Why connecting to `address` (an IP literal) is refused by default, or None if it is fine."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:169.254.169.254 is the same host
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if ip in _LINK_LOCAL_V4 or ip in _LINK_LOCAL_V6:
+        return "a link-local address"
+    return None
+
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise httpcore.ConnectError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    addresses: list[str] = []
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        if sockaddr[0] not in addresses:
+            addresses.append(str(sockaddr[0]))
+    return addresses
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
+    """Resolves the host itself, checks every address, then connects to a checked address."""
+
+    def __init__(self, allow_link_local: bool, resolver: Resolver):
+        self._inner = httpcore.AnyIOBackend()
+        self._allow = allow_link_local
+        self._resolver = resolver
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+        if not self._allow and host.lower().rstrip(".") in METADATA_HOSTNAMES:
+            raise AddressRefused(f"host {host} is a cloud metadata service")
+        addresses = await self._resolver(host, port)
+        if not addresses:
+            raise httpcore.ConnectError(f"host {host!r} resolved to no address")
+        if not self._allow:
+            for address in addresses:
+                reason = forbidden_reason(address)
+                if reason:
+                    # Refuse when *any* address is forbidden: a name mixing them is suspicious.
+                    raise AddressRefused(f"host {host} resolves to {address}, {reason}")
+        last_error: Exception | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout=timeout, local_address=local_address,
+                                                     socket_options=socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout, OSError) as exc:
+                last_error = exc
+        assert last_error is not None
+        raise last_error
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+        raise AddressRefused("unix sockets are not supported")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport with our connection backend.
+
+    httpx does not take a network backend, so we build its pool ourselves after the normal setup;
+    request/response mapping and exception translation stay httpx's own. (`_pool` is the one private
+    name used; tests exercise this path, so an httpx change that breaks it fails loudly.)
+    """
+
+    def __init__(self, ssl_context: ssl.SSLContext, allow_link_local: bool, resolver: Resolver):
+        super().__init__(verify=ssl_context, trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=10,
+            max_keepalive_connections=2,
+            keepalive_expiry=30.0,
+            network_backend=_GuardedBackend(allow_link_local, resolver),
+        )
+
+
+def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    if tls.insecure_skip_verify:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if tls.ca_bundle is None and tls.ca_file is None:
+        return ssl.create_default_context()
+    # A configured CA replaces the system store, as Kubernetes' caBundle fields do.
+    try:
+        return ssl.create_default_context(cafile=tls.ca_file, cadata=tls.ca_bundle)
+    except FileNotFoundError:
+        raise SourceError(f"TLS: caFile {tls.ca_file} not found") from None
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SourceError(f"TLS: cannot load CA: {_short(str(exc))}") from None
+
+
+# ---------------------------------------------------------------- the client
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    body: bytes
+    content_type: str
+    url: str  # safe form, for messages
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def check_ok(self) -> None:
+        """Raise SourceError for a non-2xx status, with a short excerpt of the body."""
+        if not 200 <= self.status < 300:
+            raise SourceError(f"HTTP {self.status} from {self.url}{_body_excerpt(self.body)}")
+
+
+def _body_excerpt(body: bytes) -> str:
+    text = _short(body[:400].decode("utf-8", errors="replace"), 200)
+    return f": {text}" if text else ""
+
+
+class HttpClient:
+    """One per source: keeps connections alive between fetches. Create and use inside the event loop."""
+
+    def __init__(self, tls: TlsConfig = TlsConfig(), allow_link_local: bool = False,
+                 resolver: Resolver = system_resolver):
+        self._tls = tls
+        self._allow_link_local = allow_link_local
+        self._resolver = resolver
+        self._client: httpx.AsyncClient | None = None
+
+    def _ensure(self) -> httpx.AsyncClient:
+        if self._client is None:
+            transport = _GuardedTransport(make_ssl_context(self._tls), self._allow_link_local, self._resolver)
+            # Redirects are not followed: they could move headers/credentials to another origin.
+            self._client = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+        return self._client
+
+    async def get(self, url: str, *, timeout: float, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                  headers: Mapping[str, str] | None = None,
+                  params: Mapping[str, str] | None = None) -> HttpResponse:
+        """GET `url`; the response body is read up to `max_bytes`. Any failure is a SourceError."""
+        shown = safe_url(url)
+        client = self._ensure()
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._get(client, url, shown, timeout, max_bytes, headers, params)
+        except TimeoutError:
+            raise SourceError(f"GET {shown}: timed out after {timeout:g}s") from None
+        except AddressRefused as exc:
+            raise SourceError(f"GET {shown}: refused: {exc} (set allowLinkLocal: true to allow it)") from None
+        except httpx.TimeoutException:
+            raise SourceError(f"GET {shown}: timed out after {timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            raise SourceError(f"GET {shown}: {_describe_http_error(exc)}") from None
+        except ssl.SSLError as exc:
+            raise SourceError(f"GET {shown}: TLS error: {_short(str(exc))}") from None
+        except OSError as exc:
+            raise SourceError(f"GET {shown}: {exc.strerror or exc}") from None
+
+    async def _get(self, client: httpx.AsyncClient, url: str, shown: str, timeout: float, max_bytes: int,
+                   headers: Mapping[str, str] | None, params: Mapping[str, str] | None) -> HttpResponse:
+        request_headers = {"Accept": "application/json, text/csv;q=0.9, */*;q=0.5"}
+        request_headers.update(headers or {})
+        async with client.stream("GET", url, headers=request_headers, params=params,
+                                 timeout=httpx.Timeout(timeout)) as response:
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes "
+                                  f"(Content-Length {declared})")
+            chunks: list[bytes] = []
+            size = 0
+            # aiter_bytes yields *decoded* bytes, so a compressed bomb is caught by the same limit.
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes")
+                chunks.append(chunk)
+            return HttpResponse(status=response.status_code, body=b"".join(chunks),
+                                content_type=response.headers.get("content-type", ""), url=shown)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+
+def _describe_http_error(exc: httpx.HTTPError) -> str:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS verification failed: {_short(cause.verify_message or str(cause))}"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS error: {_short(str(cause))}"
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect: {_short(str(exc)) or 'connection failed'}"
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return f"protocol error: {_short(str(exc))}"
+    return f"{type(exc).__name__}: {_short(str(exc))}" if str(exc) else type(exc).__name__

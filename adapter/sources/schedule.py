@@ -1,0 +1,325 @@
+"""`schedule` source: a calendar of known campaigns written in the manifest (DESIGN §2).
+
+    schedule:
+      timeZone: Asia/Seoul                 # IANA name, default UTC
+      lookahead: 48h                       # how far ahead windows are expanded (default 2 days)
+      exclude: ["2024-12-25"]              # dates (in the time zone) on which no window starts
+      items:                               # absolute windows, unix seconds or RFC3339
+        - {start: "2024-11-21T10:30:00+09:00", end: "2024-11-21T10:31:00+09:00", values: {n: 50}}
+      windows:
+        - {cron: "30 10 * * 1-5", duration: 10m, values: {scheduledMessage: 5000}}
+        - {days: [Mon, Tue], start: "20:00", end: "22:00", values: {scheduledMessage: 800}}
+        - {start: "23:00", end: "01:00", timeZone: Europe/Berlin, values: {n: 1}}   # crosses midnight
+
+Recurring windows are wall-clock times: 20:00 local is 20:00 local on both sides of a DST change.
+Cron expressions are therefore expanded on *naive local* time and each occurrence is then placed in
+the zone; a local time skipped by a spring-forward gap maps to the instant one offset later, and a
+time repeated by a fall-back fold is taken once (its first occurrence), as most cron daemons do.
+
+Nothing here can fail at fetch time, so the source never goes stale.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from adapter.errors import ValidationError
+from adapter.items import Item, ItemError, parse_item
+from adapter.resources import expect_mapping, read_duration, read_string, reject_unknown
+from adapter.sources.base import Source
+
+DAY = 86400.0
+DEFAULT_LOOKAHEAD = 2 * DAY
+MAX_LOOKAHEAD = 31 * DAY
+MAX_WINDOWS = 1000
+MAX_INLINE_ITEMS = 10_000
+# Expansion bound per window per fetch: "* * * * *" over 3 days is 4320, so this is generous.
+MAX_OCCURRENCES = 20_000
+
+_DAY_NAMES = {name: i for i, names in enumerate([
+    ("mon", "monday"), ("tue", "tues", "tuesday"), ("wed", "wednesday"), ("thu", "thur", "thurs", "thursday"),
+    ("fri", "friday"), ("sat", "saturday"), ("sun", "sunday")]) for name in names}
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+
+
+@dataclass(frozen=True)
+class CronWindow:
+    index: int
+    cron: str
+    duration: float
+    values: Mapping[str, float]
+    zone: ZoneInfo
+    exclude: frozenset[dt.date]
+
+
+@dataclass(frozen=True)
+class DailyWindow:
+    index: int
+    days: frozenset[int]  # 0 = Monday, the weekday of the window's *start*
+    start: int  # seconds after local midnight
+    end: int  # seconds after local midnight; <= start means the window ends the next day
+    values: Mapping[str, float]
+    zone: ZoneInfo
+    exclude: frozenset[dt.date]
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    zone: ZoneInfo
+    items: tuple[Item, ...]
+    windows: tuple[CronWindow | DailyWindow, ...]
+    exclude: frozenset[dt.date]
+    lookahead: float
+
+
+class ScheduleSource(Source):
+    kind = "schedule"
+    never_stale = True
+    default_interval = 60.0
+
+    @classmethod
+    def value_names(cls, config: ScheduleConfig) -> frozenset[str]:
+        """Names written anywhere in the calendar, so a typo in an expression fails at load time."""
+        names: set[str] = set()
+        for item in config.items:
+            names.update(item.values)
+        for window in config.windows:
+            names.update(window.values)
+        return frozenset(names)
+
+    @classmethod
+    def parse_config(cls, spec: Mapping[str, Any], path: str) -> ScheduleConfig:
+        reject_unknown(spec, ("timeZone", "items", "windows", "exclude", "lookahead"), path)
+        zone = _zone(spec, path, ZoneInfo("UTC"))
+        exclude = _dates(spec.get("exclude"), f"{path}.exclude")
+        items = _inline_items(spec.get("items"), f"{path}.items", zone)
+        windows = _windows(spec.get("windows"), f"{path}.windows", zone, exclude)
+        lookahead = read_duration(spec, "lookahead", path, DEFAULT_LOOKAHEAD, minimum=60.0, maximum=MAX_LOOKAHEAD)
+        if not items and not windows:
+            raise ValidationError(path, "at least one of items or windows is required")
+        return ScheduleConfig(zone=zone, items=items, windows=windows, exclude=exclude, lookahead=lookahead)
+
+    def describe(self) -> str:
+        config: ScheduleConfig = self.config
+        return f"schedule ({len(config.items)} items, {len(config.windows)} windows, {config.zone.key})"
+
+    async def fetch(self, now: float) -> list[Item]:
+        return expand(self.config, now)
+
+
+def expand(config: ScheduleConfig, now: float) -> list[Item]:
+    """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order."""
+    lo, hi = now - DAY, now + config.lookahead
+    out = [item for item in config.items if item.end > lo and item.start < hi]
+    for window in config.windows:
+        occurrences = _cron_occurrences(window, lo, hi) if isinstance(window, CronWindow) \
+            else _daily_occurrences(window, lo, hi)
+        for start, end in occurrences:
+            # Deterministic id: re-expanding on the next fetch yields the same ids (no double count).
+            out.append(Item(start=start, end=end, values=window.values, id=f"window{window.index}@{start:.0f}"))
+    return out
+
+
+# ---------------------------------------------------------------- expansion
+
+
+def _local_naive(ts: float, zone: ZoneInfo) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, zone).replace(tzinfo=None)
+
+
+def _instant(naive: dt.datetime, zone: ZoneInfo) -> float:
+    return naive.replace(tzinfo=zone).timestamp()
+
+
+def _cron_occurrences(window: CronWindow, lo: float, hi: float) -> Iterator[tuple[float, float]]:
+    # Start early enough that a window begun before `lo` but still running is found; the hour of
+    # margin on both ends absorbs DST offset changes between naive and real time.
+    cursor = _local_naive(lo - window.duration - 3600.0, window.zone)
+    stop = _local_naive(hi + 3600.0, window.zone)
+    iterator = croniter(window.cron, cursor)
+    for _ in range(MAX_OCCURRENCES):
+        naive = iterator.get_next(dt.datetime)
+        if naive > stop:
+            return
+        if naive.date() in window.exclude:
+            continue
+        start = _instant(naive, window.zone)
+        end = start + window.duration
+        if end > lo and start < hi:
+            yield start, end
+
+
+def _daily_occurrences(window: DailyWindow, lo: float, hi: float) -> Iterator[tuple[float, float]]:
+    first = _local_naive(lo, window.zone).date() - dt.timedelta(days=2)
+    last = _local_naive(hi, window.zone).date() + dt.timedelta(days=1)
+    day = first
+    while day <= last:
+        if day.weekday() in window.days and day not in window.exclude:
+            midnight = dt.datetime.combine(day, dt.time())
+            start = _instant(midnight + dt.timedelta(seconds=window.start), window.zone)
+            end_day = midnight + dt.timedelta(days=1 if window.end <= window.start else 0)
+            end = _instant(end_day + dt.timedelta(seconds=window.end), window.zone)
+            if end > start and end > lo and start < hi:
+                yield start, end
+        day += dt.timedelta(days=1)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _zone(obj: Mapping[str, Any], path: str, default: ZoneInfo) -> ZoneInfo:
+    name = read_string(obj, "timeZone", path, max_length=128)
+    if name is None:
+        return default
+    try:
+        if name.startswith(("/", ".")) or ".." in name:
+            raise ValueError
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(f"{path}.timeZone", f"unknown IANA time zone {name!r} (e.g. UTC, Asia/Seoul)") from None
+
+
+def _dates(raw: Any, path: str) -> frozenset[dt.date]:
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list):
+        raise ValidationError(path, "expected a list of dates YYYY-MM-DD")
+    dates = set()
+    for index, value in enumerate(raw):
+        if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            dates.add(value)  # YAML reads an unquoted 2024-12-25 as a date
+            continue
+        try:
+            if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+                raise ValueError
+            dates.add(dt.date.fromisoformat(value))
+        except ValueError:
+            raise ValidationError(f"{path}[{index}]", f"expected a date YYYY-MM-DD, got {value!r}") from None
+    return frozenset(dates)
+
+
+def _inline_items(raw: Any, path: str, zone: ZoneInfo) -> tuple[Item, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValidationError(path, "expected a list of {start, end, values}")
+    if len(raw) > MAX_INLINE_ITEMS:
+        raise ValidationError(path, f"more than {MAX_INLINE_ITEMS} items")
+    items = []
+    for index, value in enumerate(raw):
+        where = f"{path}[{index}]"
+        entry = dict(expect_mapping(value, where))
+        reject_unknown(entry, ("start", "end", "values", "id"), where)
+        for key in ("start", "end"):
+            entry[key] = _time_value(entry.get(key), f"{where}.{key}", zone)
+        items.append(_item(entry, where))
+    return tuple(items)
+
+
+def _item(entry: Mapping[str, Any], where: str) -> Item:
+    try:
+        return parse_item(dict(entry), where)
+    except ItemError as exc:
+        field_path, _, message = str(exc).partition(": ")
+        raise ValidationError(field_path, message) from None
+
+
+def _time_value(value: Any, path: str, zone: ZoneInfo) -> Any:
+    """Unix seconds, or an RFC3339 timestamp (one without an offset is read in the time zone)."""
+    if isinstance(value, dt.datetime):  # YAML may already have parsed it
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValidationError(path, f"expected unix seconds or an RFC3339 time, got {value!r}") from None
+    else:
+        return value  # numbers (and wrong types) are checked by parse_item
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return moment.timestamp()
+
+
+def _windows(raw: Any, path: str, zone: ZoneInfo, exclude: frozenset[dt.date]) -> tuple[CronWindow | DailyWindow, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValidationError(path, "expected a list of windows")
+    if len(raw) > MAX_WINDOWS:
+        raise ValidationError(path, f"more than {MAX_WINDOWS} windows")
+    return tuple(_window(value, index, f"{path}[{index}]", zone, exclude) for index, value in enumerate(raw))
+
+
+def _window(raw: Any, index: int, path: str, zone: ZoneInfo, exclude: frozenset[dt.date]) -> CronWindow | DailyWindow:
+    entry = expect_mapping(raw, path)
+    reject_unknown(entry, ("cron", "duration", "days", "start", "end", "values", "timeZone", "exclude"), path)
+    window_zone = _zone(entry, path, zone)
+    window_exclude = exclude | _dates(entry.get("exclude"), f"{path}.exclude")
+    if "values" not in entry:
+        raise ValidationError(f"{path}.values", "required: a map of name: number")
+    values = _item({"start": 1, "end": 2, "values": entry["values"]}, path).values
+    if "cron" in entry:
+        for key in ("days", "start", "end"):
+            if key in entry:
+                raise ValidationError(f"{path}.{key}", "not allowed with cron (use either cron + duration or "
+                                      "days + start + end)")
+        cron = read_string(entry, "cron", path, required=True, max_length=256) or ""
+        if len(cron.split()) != 5 or not croniter.is_valid(cron):
+            raise ValidationError(f"{path}.cron", f"{cron!r} is not a 5-field cron expression "
+                                  "(minute hour day-of-month month day-of-week)")
+        if "duration" not in entry:
+            raise ValidationError(f"{path}.duration", "required with cron (e.g. 10m)")
+        duration = read_duration(entry, "duration", path, 0.0, minimum=1.0, maximum=7 * DAY)
+        return CronWindow(index=index, cron=cron, duration=duration, values=values, zone=window_zone,
+                          exclude=window_exclude)
+    if "duration" in entry:
+        raise ValidationError(f"{path}.duration", "only allowed with cron; a daily window uses start and end")
+    for key in ("start", "end"):
+        if key not in entry:
+            raise ValidationError(f"{path}.{key}", "required (HH:MM), or give cron + duration instead")
+    start = _clock(entry["start"], f"{path}.start", allow_24=False)
+    end = _clock(entry["end"], f"{path}.end", allow_24=True)
+    return DailyWindow(index=index, days=_days(entry.get("days"), f"{path}.days"), start=start, end=end,
+                       values=values, zone=window_zone, exclude=window_exclude)
+
+
+def _clock(value: Any, path: str, allow_24: bool) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 86400:
+        # YAML 1.1 reads an unquoted 20:00 as the sexagesimal integer 1200 (minutes); accept that.
+        return value * 60 if value < 1440 else _bad_clock(value, path)
+    match = _CLOCK.match(value) if isinstance(value, str) else None
+    if not match:
+        return _bad_clock(value, path)
+    hours, minutes, seconds = int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+    if allow_24 and (hours, minutes, seconds) == (24, 0, 0):
+        return 86400
+    if hours > 23 or minutes > 59 or seconds > 59:
+        return _bad_clock(value, path)
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _bad_clock(value: Any, path: str) -> int:
+    raise ValidationError(path, f"expected a local time HH:MM (00:00-23:59), got {value!r}")
+
+
+def _days(raw: Any, path: str) -> frozenset[int]:
+    if raw is None:
+        return frozenset(range(7))
+    if not isinstance(raw, list) or not raw:
+        raise ValidationError(path, "expected a non-empty list of days such as [Mon, Tue] or [Mon-Fri]")
+    days: set[int] = set()
+    for index, value in enumerate(raw):
+        text = value.strip().lower() if isinstance(value, str) else None
+        first, _, last = (text or "").partition("-")
+        if text is None or first not in _DAY_NAMES or (last and last not in _DAY_NAMES):
+            raise ValidationError(f"{path}[{index}]", f"expected a day name (Mon..Sun) or range (Mon-Fri), got {value!r}")
+        a, b = _DAY_NAMES[first], _DAY_NAMES[last or first]
+        days.update(range(a, b + 1) if a <= b else [*range(a, 7), *range(b + 1)])
+    return frozenset(days)
