@@ -1,0 +1,247 @@
+"""HTTPS serving of an ASGI app with uvicorn: always TLS, peer certs in scope, hot cert reload.
+
+Usage::
+
+    options = ServingOptions(secure_port=6443, tls_cert_file=..., tls_private_key_file=...)
+    serve(app, options)                       # blocking, SIGTERM/SIGINT -> graceful shutdown
+
+    await serve_async(app, options, started)  # inside a running loop; cancel the task to stop
+    options.bound_port                        # actual port (useful with secure_port=0)
+
+    with ServerThread(app, options) as srv:   # tests / embedding: background thread + own loop
+        srv.port, srv.ca_pem
+
+Requests reach the app with ``scope["extensions"]["tls"]`` (see :mod:`adapter.serving.peercert`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from adapter.serving.certs import self_signed
+from adapter.serving.peercert import DEFAULT_PROTOCOL
+from adapter.serving.reload import LiveTLS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServingOptions:
+    bind_address: str = "0.0.0.0"
+    secure_port: int = 6443
+    # None -> a self-signed certificate is generated at start (SANs: localhost, 127.0.0.1, tls_sans)
+    # and written to a temporary directory (path in ``generated_cert_file``).
+    tls_cert_file: str | None = None
+    tls_private_key_file: str | None = None
+    tls_sans: list[str] = field(default_factory=list)
+    # Union of client-ca-file and requestheader-client-ca-file; only needed for the TLS handshake in
+    # the fallback mode of adapter.serving.tlsctx (normally client certs are verified in adapter.auth).
+    client_ca_pems: Callable[[], bytes | None] | None = None
+    log_level: str = "info"
+    access_log: bool = False
+    reload_interval_seconds: float = 1.0
+    graceful_shutdown_seconds: int = 10
+    # Filled in by serve_async:
+    bound_port: int | None = field(default=None, init=False)
+    generated_cert_file: str | None = field(default=None, init=False)
+    live_tls: LiveTLS | None = field(default=None, init=False, repr=False)
+
+
+def add_serving_flags(parser: argparse.ArgumentParser) -> None:
+    """Kubernetes generic-apiserver style serving flags (dest names match ServingOptions)."""
+    group = parser.add_argument_group("secure serving")
+    group.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (0 = pick a free one)")
+    group.add_argument("--bind-address", default="0.0.0.0", help="address to listen on")
+    group.add_argument(
+        "--tls-cert-file", default=None,
+        help="serving certificate (PEM, may include intermediates); reloaded when it changes. "
+        "Without it a self-signed certificate is generated",
+    )
+    group.add_argument("--tls-private-key-file", default=None, help="key for --tls-cert-file (PEM)")
+    group.add_argument(
+        "--tls-san", dest="tls_sans", action="append", default=[],
+        help="extra DNS name / IP for the generated self-signed certificate (repeatable)",
+    )
+
+
+def serving_options_from_args(args: argparse.Namespace, **overrides: Any) -> ServingOptions:
+    opts = ServingOptions(
+        bind_address=args.bind_address,
+        secure_port=args.secure_port,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        tls_sans=list(args.tls_sans or []),
+    )
+    for key, value in overrides.items():
+        setattr(opts, key, value)
+    return opts
+
+
+def _live_tls(options: ServingOptions) -> LiveTLS:
+    if options.tls_cert_file or options.tls_private_key_file:
+        if not (options.tls_cert_file and options.tls_private_key_file):
+            raise ValueError("--tls-cert-file and --tls-private-key-file must be given together")
+        return LiveTLS(
+            cert_file=options.tls_cert_file,
+            key_file=options.tls_private_key_file,
+            client_ca_pems=options.client_ca_pems,
+        )
+    cert_pem, key_pem = self_signed(list(options.tls_sans))
+    tmp = tempfile.mkdtemp(prefix="prescaler-selfsigned-")
+    cert_path = os.path.join(tmp, "tls.crt")
+    with open(cert_path, "wb") as fh:
+        fh.write(cert_pem)
+    key_path = os.path.join(tmp, "tls.key")
+    with os.fdopen(os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+        fh.write(key_pem)
+    options.generated_cert_file = cert_path
+    log.warning("no --tls-cert-file given: serving a self-signed certificate (%s)", cert_path)
+    return LiveTLS(cert_pem=cert_pem, key_pem=key_pem, client_ca_pems=options.client_ca_pems)
+
+
+def _bind(options: ServingOptions) -> socket.socket:
+    family = socket.AF_INET6 if ":" in options.bind_address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    try:
+        sock.bind((options.bind_address, options.secure_port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_server(app: Any, options: ServingOptions, live: LiveTLS) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        http=DEFAULT_PROTOCOL,
+        ssl_context_factory=lambda _config, _default: live.base,
+        log_level=options.log_level,
+        access_log=options.access_log,
+        proxy_headers=False,  # X-Forwarded-* from the aggregator must not rewrite the client address
+        server_header=False,
+        timeout_graceful_shutdown=max(1, round(options.graceful_shutdown_seconds)),
+        lifespan="auto",
+    )
+    return uvicorn.Server(config)
+
+
+async def serve_async(app: Any, options: ServingOptions, started: asyncio.Event | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (main thread) or until this coroutine is cancelled."""
+    live = _live_tls(options)
+    options.live_tls = live
+    sock = _bind(options)
+    options.bound_port = sock.getsockname()[1]
+    server = _uvicorn_server(app, options, live)
+    serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    watch_task = asyncio.ensure_future(live.watch(options.reload_interval_seconds))
+    try:
+        if started is not None:
+            while not server.started and not serve_task.done():
+                await asyncio.sleep(0.01)
+            started.set()
+        await asyncio.shield(serve_task)
+    except asyncio.CancelledError:
+        server.should_exit = True
+        with contextlib.suppress(BaseException):
+            await serve_task
+        raise
+    finally:
+        watch_task.cancel()
+        with contextlib.suppress(BaseException):
+            await watch_task
+        sock.close()
+
+
+def serve(app: Any, options: ServingOptions) -> None:
+    """Blocking entry point for the CLI."""
+    asyncio.run(serve_async(app, options))
+
+
+class ServerThread:
+    """Run serve_async in a background thread with its own event loop (tests, benchmarks)."""
+
+    def __init__(self, app: Any, options: ServingOptions, start_timeout: float = 20.0) -> None:
+        self.app = app
+        self.options = options
+        self.start_timeout = start_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.options.bound_port is not None
+        return self.options.bound_port
+
+    @property
+    def ca_pem(self) -> bytes | None:
+        """PEM that verifies the serving certificate when it was generated (self-signed)."""
+        if self.options.generated_cert_file is None:
+            return None
+        with open(self.options.generated_cert_file, "rb") as fh:
+            return fh.read()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        started = asyncio.Event()
+
+        async def main() -> None:
+            self._task = asyncio.ensure_future(serve_async(self.app, self.options, started))
+            waiter = asyncio.ensure_future(started.wait())
+            await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            self._ready.set()
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+        try:
+            loop.run_until_complete(main())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            self._ready.set()
+        finally:
+            loop.close()
+
+    def start(self) -> ServerThread:
+        self._thread = threading.Thread(target=self._run, name="prescaler-https", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(self.start_timeout):
+            raise TimeoutError("HTTPS server did not start")
+        if self._error is not None:
+            raise self._error
+        if self._task is not None and self._task.done():
+            self._task.result()
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._task is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._task.cancel)
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+
+    def __enter__(self) -> ServerThread:  # noqa: PYI034 - not subclassed
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
