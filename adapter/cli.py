@@ -56,10 +56,9 @@ def _add_serve(sub: Any) -> None:
     from adapter.serving.server import add_serving_flags
 
     add_serving_flags(parser)
-    with contextlib.suppress(ImportError):
-        from adapter.auth import add_auth_flags
+    from adapter.auth.factory import add_auth_flags
 
-        add_auth_flags(parser)
+    add_auth_flags(parser, include_kubeconfig=False)  # --kubeconfig above serves both
     parser.set_defaults(func=run_serve)
 
 
@@ -77,10 +76,10 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         if args.write_kubeconfig:
             _prepare_local_tls(args)
-        app = build_app(args)
+        app, client_cas = build_app(args)
         options = serving_options_from_args(args, log_level="info" if args.verbosity >= 2 else "warning",
-                                            access_log=args.verbosity >= 3)
-    except (ValueError, OSError) as exc:
+                                            access_log=args.verbosity >= 3, client_ca_pems=client_cas)
+    except (ValueError, OSError) as exc:  # includes AuthConfigError and ManifestError
         print(f"prescaler serve: {exc}", file=sys.stderr)
         return 2
     try:
@@ -127,8 +126,9 @@ def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = N
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def build_app(args: argparse.Namespace) -> Any:
-    """The whole server as an ASGI app: store -> engine -> API (-> auth in front)."""
+def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The whole server as an ASGI app (store -> engine -> API, auth in front) and the provider of
+    client CAs for the TLS layer."""
     from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
     from adapter.preview import install_preview_routes
@@ -162,38 +162,29 @@ def build_app(args: argparse.Namespace) -> Any:
                     stopper()
             await engine.stop()
 
-    app: Any = PrescalerApp(engine, lifespan=lifespan, preview=install_preview_routes)
-    return _wrap_auth(app, args)
+    from adapter.auth.factory import build_auth
+    from adapter.auth.middleware import AuthMiddleware
 
-
-def _wrap_auth(app: Any, args: argparse.Namespace) -> Any:
-    try:
-        from adapter.auth import build_auth
-        from adapter.auth.middleware import AuthMiddleware
-    except ImportError:
-        log.warning("authentication is not available in this build: anonymous access is allowed")
-        return app
-    authenticator, authorizer, _client_cas = build_auth(args)
-    return AuthMiddleware(app, authenticator, authorizer)
+    app = PrescalerApp(engine, lifespan=lifespan, preview=install_preview_routes)
+    authenticator, authorizer, client_cas = build_auth(args)
+    return AuthMiddleware(app, authenticator, authorizer), client_cas
 
 
 def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str, Any]:
-    """Cluster mode: watch the CRDs, resolve Secrets, write status (leader only)."""
-    from kubernetes import client, config
+    """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
+    import base64
 
-    from adapter.store.kube import KubeStore
+    from kubernetes import client
 
-    if args.kubeconfig:
-        api_client = config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        config.load_incluster_config()
-        api_client = client.ApiClient()
+    from adapter.store.kube import KubeStore, load_api_client
+    from adapter.store.lease import LeaseElector
+    from adapter.store.status import StatusWriter
+
+    api_client = load_api_client(args.kubeconfig)
     core = client.CoreV1Api(api_client)
 
     def resolve_secret(namespace: str, name: str, key: str) -> str:
-        import base64
-
-        secret = core.read_namespaced_secret(name, namespace)
+        secret = core.read_namespaced_secret(name, namespace, _request_timeout=10)
         data = (secret.data or {}).get(key)
         if data is None:
             raise LookupError(f"secret {namespace}/{name} has no key {key!r}")
@@ -202,17 +193,11 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
     context.secrets = resolve_secret
     store = KubeStore(api_client, engine)
     store.start()
-    stoppers = [store.stop]
-    try:
-        from adapter.store.status import StatusWriter
-
-        writer = StatusWriter(api_client, engine.statuses, namespace=args.status_namespace)
-        engine.on_status_change(writer.notify)
-        writer.start()
-        stoppers.append(writer.stop)
-    except ImportError:
-        log.warning("status writing is not available in this build")
-    return {"stoppers": stoppers, "store": store}
+    elector = LeaseElector(api_client, args.status_namespace)
+    writer = StatusWriter(api_client, engine.desired_status, elector=elector)
+    engine.on_status_change(writer.notify)
+    writer.start()
+    return {"stoppers": [writer.stop, store.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

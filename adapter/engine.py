@@ -134,6 +134,7 @@ class Engine:
         self._rebuilding = False
         self._dirty = False
         self._status_listeners: list[Callable[[], None]] = []
+        self._status_snapshot: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
         self._synced_kinds: set[str] = set()
         self._lock = threading.Lock()
 
@@ -426,7 +427,16 @@ class Engine:
         events = [self.events[n] for n in sorted(self.events) if self.events[n].vme is not None]
         return metrics, events
 
+    def desired_status(self) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
+        """The latest status of every object; safe to call from any thread (the status writer's).
+
+        Computed on the loop thread whenever something changed, so readers never iterate state that
+        the loop is mutating."""
+        return self._status_snapshot
+
     def _notify_status(self) -> None:
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            self._status_snapshot = self.statuses()
         for callback in self._status_listeners:
             try:
                 callback()
@@ -445,8 +455,14 @@ class Engine:
             return QueryResult(error_code=404, error_message=f"the server could not find the metric {metric} "
                                                              f"for namespaces")
         now = self.clock() if now is None else now
+        pinned = selector.equality_values("resource")
         if namespace == "*":
             candidates = [(ns, t) for (m, ns), ts in pub.targets.items() if m == metric for t in ts]
+        elif pinned is not None:
+            # The HPA's usual query (resource=<name>): direct lookups, whatever the number of targets.
+            index = pub.timelines.index
+            candidates = [(namespace, (r, index[(metric, namespace, r)])) for r in sorted(pinned)
+                          if (metric, namespace, r) in index]
         else:
             candidates = [(namespace, t) for t in pub.targets.get((metric, namespace), ())]
         values: list[TargetValue] = []
@@ -465,7 +481,6 @@ class Engine:
         # A selector that names a resource always gets an item: an empty list would make the HPA treat
         # the metric as failed and stop scaling down (DESIGN §4).
         if namespace != "*":
-            pinned = selector.equality_values("resource")
             for resource in sorted(pinned or ()):
                 labels = {"resource": resource}
                 if resource not in seen and selector.matches(labels):
@@ -653,6 +668,7 @@ def _event_status(state: EventState, pub: Published, now: float) -> dict[str, An
         ready = _condition("Ready", False, source["reason"], source["message"], gen)
     status: dict[str, Any] = {
         "observedGeneration": gen,
+        "sourceKind": state.vme.source.kind,
         "itemCount": health.item_count if health else 0,
         "stale": stale,
         "conditions": [ready, source, exprs],
