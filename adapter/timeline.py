@@ -173,12 +173,16 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
     n_keys = len(keys)
     if n_keys >= _MAX_KEYS:
         raise ValueError(f"too many timeline keys ({n_keys})")
-    default = np.array([p.default_value for p in policies], dtype=float)
-    lead_ms = to_ms([p.lead_time for p in policies]) if n_keys else np.empty(0, np.int64)
-    hold_ms = to_ms([p.hold_time for p in policies]) if n_keys else np.empty(0, np.int64)
-    lo_clamp = np.array([-math.inf if p.min is None else p.min for p in policies], dtype=float)
-    hi_clamp = np.array([math.inf if p.max is None else p.max for p in policies], dtype=float)
-    strategy = np.array([STRATEGIES.index(p.merge_strategy) for p in policies], dtype=np.int8)
+    # Keys share a handful of policies (one per metric): expand per-policy arrays by index.
+    distinct: dict[MetricPolicy, int] = {}
+    which = np.fromiter((distinct.setdefault(p, len(distinct)) for p in policies), np.int64, n_keys)
+    table = list(distinct)
+    default = np.array([p.default_value for p in table], dtype=float)[which]
+    lead_ms = to_ms([p.lead_time for p in table])[which] if n_keys else np.empty(0, np.int64)
+    hold_ms = to_ms([p.hold_time for p in table])[which] if n_keys else np.empty(0, np.int64)
+    lo_clamp = np.array([-math.inf if p.min is None else p.min for p in table], dtype=float)[which]
+    hi_clamp = np.array([math.inf if p.max is None else p.max for p in table], dtype=float)[which]
+    strategy = np.array([STRATEGIES.index(p.merge_strategy) for p in table], dtype=np.int8)[which]
 
     kidx = np.asarray(contributions.key, dtype=np.int64)
     start = to_ms(contributions.start) + _SHIFT
@@ -193,9 +197,8 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
     # --- F: merged load per segment --------------------------------------------------------------
     key_shift = kidx << _TIME_BITS
     s_comb, e_comb = key_shift | start, key_shift | end
-    breaks = np.unique(np.concatenate([s_comb, e_comb]))  # sorted; segment j = [breaks[j], breaks[j+1])
-    i_s = np.searchsorted(breaks, s_comb)
-    i_e = np.searchsorted(breaks, e_comb)
+    breaks, rank = _unique_with_rank(np.concatenate([s_comb, e_comb]))  # segment j = [breaks[j], breaks[j+1])
+    i_s, i_e = rank[:len(s_comb)], rank[len(s_comb):]
     seg, seg_val = _expand_ranges(i_s, i_e, value)
     n_b = len(breaks)
     count = np.bincount(seg, minlength=n_b)
@@ -216,7 +219,7 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
     first = np.concatenate([[0], np.cumsum(per_key)])[:-1]  # index of each key's first breakpoint
     lead_of_break = lead_ms[break_key] if n_b else np.empty(0, np.int64)
     if n_b and np.any(lead_of_break > 0):
-        cand = np.unique(np.concatenate([breaks, breaks - lead_of_break]))
+        cand = _sorted_unique(np.concatenate([breaks, breaks - lead_of_break]))
         cand_key = cand >> _TIME_BITS
         lo = np.searchsorted(breaks, cand, side="right") - 1
         hi = np.searchsorted(breaks, cand + lead_ms[cand_key], side="right") - 1
@@ -236,6 +239,30 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
     return TimelineSet(list(keys), pre, offsets, plain_ms.astype(np.int64), v.astype(float))
 
 
+def _unique_with_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique values and, for each input, its index among them (one argsort, no searches:
+    binary searches with unsorted needles thrash the cache at a million points)."""
+    order = np.argsort(values)  # equal values get equal ranks, so stability is not needed
+    ordered = values[order]
+    keep = np.ones(len(ordered), dtype=bool)
+    if len(ordered) > 1:
+        np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    rank = np.empty(len(values), dtype=np.int64)
+    rank[order] = np.cumsum(keep) - 1
+    return ordered[keep], rank
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    # np.unique in numpy 2 hashes before sorting, which is several times slower for int64 here.
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Segment indices i_s[c] .. i_e[c]-1 for every contribution c, with its value repeated."""
     lengths = i_e - i_s
@@ -248,15 +275,11 @@ def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple
 
 
 def _group_extrema(seg: np.ndarray, val: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    # ufunc.at is unbuffered and, since numpy 2, much faster than sorting the segment ids.
     seg_max = np.full(n, -np.inf)
     seg_min = np.full(n, np.inf)
-    if len(seg):
-        order = np.argsort(seg, kind="stable")
-        seg_sorted, val_sorted = seg[order], val[order]
-        starts = np.flatnonzero(np.concatenate([[True], seg_sorted[1:] != seg_sorted[:-1]]))
-        groups = seg_sorted[starts]
-        seg_max[groups] = np.maximum.reduceat(val_sorted, starts)
-        seg_min[groups] = np.minimum.reduceat(val_sorted, starts)
+    np.maximum.at(seg_max, seg, val)
+    np.minimum.at(seg_min, seg, val)
     return seg_max, seg_min
 
 
