@@ -6,6 +6,7 @@ server's. Everything here is pure: no I/O, no framework.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -48,7 +49,12 @@ def api_resource_list(metric_names: Iterable[str]) -> bytes:
 
 def timestamp(now: float) -> str:
     """metav1.Time: RFC3339, UTC, whole seconds."""
-    return datetime.fromtimestamp(int(now), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _timestamp(int(now))
+
+
+@functools.lru_cache(maxsize=8)
+def _timestamp(second: int) -> str:
+    return datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def external_metric_value_list(metric: str, values: Iterable[TargetValue], now: float) -> bytes:
