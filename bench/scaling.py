@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper] [TRACE.csv ...]
 
-For each trace in /work/shared/data/traces/ (or the given files):
+For each trace in ../shared/data/traces/ (beside the repository) (or the given files):
 - the trace is put on the 15 s tick grid by step-hold (each value holds for its own bin, so 5-min and
   30-min traces are not smoothed and bin totals are kept);
 - the first `--warmup` days are history only (the forecast's first fits need it); the next `--days`
@@ -38,7 +38,7 @@ from adapter.sim.scenario import parse_scenario
 from adapter.sim.traffic import load_trace
 from adapter.sources.base import CommonSourceSettings
 
-TRACES = Path("/work/shared/data/traces")
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 LEAD = 300.0
 STARTUP = "5m"
 PEAK_PODS = 20

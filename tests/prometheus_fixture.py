@@ -6,7 +6,7 @@ at "now" see them within Prometheus' 5-minute lookback):
 - `prescaler_test_requests{service="service-a"}` / `{service="service-b"}`: a daily sine
   (service-a: 100 + 50·sin, service-b: 10 + 5·sin), exactly predictable;
 - `prescaler_trace_requests{trace="elb"}`: the real AWS ELB request-count trace from
-  /work/shared/data/traces, timestamps moved so that it ends now.
+  ../shared/data/traces (beside the repository), timestamps moved so that it ends now.
 
 The server is started once per test process (`shared_prometheus()`) and stopped at exit.
 If `prometheus`/`promtool` are missing, scripts/install-prometheus.sh is tried once; if they are
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-TRACE = Path("/work/shared/data/traces/nab_aws_elb_request_count_8c0756_5min.csv")
+TRACE = REPO.parent / "shared" / "data" / "traces" / "nab_aws_elb_request_count_8c0756_5min.csv"
 STEP = 300.0
 DAYS = 4
 DAY = 86400.0

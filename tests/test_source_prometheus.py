@@ -7,6 +7,7 @@ period 1 day) and a real trace, ending at the fixture's `last_sample`.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 import itertools
 import json
 import math
@@ -178,7 +179,7 @@ def test_forecast_of_real_trace_is_plausible(prom):
     assert len(items) == 6 and items[0].start == now and 0 < items[0].end - now <= 1200
     assert all(i.end - i.start == 600 for i in items[1:])
     assert all(b.start == a.end for a, b in itertools.pairwise(items))
-    history = np.loadtxt("/work/shared/data/traces/nab_aws_elb_request_count_8c0756_5min.csv",
+    history = np.loadtxt(Path(__file__).resolve().parents[2] / "shared/data/traces/nab_aws_elb_request_count_8c0756_5min.csv",
                          delimiter=",", skiprows=1)[-1152:, 1]
     for item in items:
         # Plausible: inside the range the series has shown (with some room for the interval).
