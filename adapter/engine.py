@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ from adapter.timeline import ContributionArrays, MetricPolicy, TimelineSet, buil
 log = logging.getLogger("prescaler.engine")
 
 Key = tuple[str, str, str]  # (metric name, namespace, resource name)
+
+# Large rebuilds split across threads (numpy releases the GIL); the machines have 2 cores.
+REBUILD_WORKERS = min(2, os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------- query results
@@ -563,11 +567,13 @@ def _build_published(metrics: dict[str, VirtualMetric], events: list[EventState]
             if hold and runner is not None:
                 holders[k].append(runner)
                 holder_names[k].append(vme.name)
-    policies = []
-    for metric, _, _ in keys:
-        vm = metrics[metric]
-        policies.append(MetricPolicy(vm.default_value, vm.merge_strategy, vm.lead_time, vm.hold_time, vm.min, vm.max))
-    timelines = build_timelines(list(keys), policies, ContributionArrays.concat(parts))
+    names = sorted(metrics)
+    position = {name: i for i, name in enumerate(names)}
+    table = [MetricPolicy(vm.default_value, vm.merge_strategy, vm.lead_time, vm.hold_time, vm.min, vm.max)
+             for vm in (metrics[n] for n in names)]
+    policy_index = np.fromiter((position[metric] for metric, _, _ in keys), np.int64, len(keys))
+    timelines = build_timelines(list(keys), table, ContributionArrays.concat(parts), policy_index=policy_index,
+                                workers=REBUILD_WORKERS)
     targets: dict[tuple[str, str], list[tuple[str, int]]] = {}
     for k, (metric, ns, resource) in enumerate(keys):
         targets.setdefault((metric, ns), []).append((resource, k))

@@ -31,6 +31,9 @@ _SHIFT = _MAX_SPAN_MS
 _MAX_KEYS = 1 << (62 - _TIME_BITS)
 
 STRATEGIES = ("Sum", "Max", "Min", "Average")
+# Below these sizes a build takes milliseconds and threads would only add overhead.
+PARALLEL_MIN_KEYS = 10_000
+PARALLEL_MIN_CONTRIBUTIONS = 200_000
 
 
 @dataclass(frozen=True)
@@ -164,8 +167,14 @@ def build_timeline(policy: MetricPolicy, contributions: Iterable[Contribution]) 
 
 
 def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
-                    contributions: ContributionArrays) -> TimelineSet:
-    """Build V for every key at once. `policies[k]` belongs to `keys[k]`; `contributions.key` indexes keys.
+                    contributions: ContributionArrays, policy_index: np.ndarray | None = None,
+                    workers: int = 1) -> TimelineSet:
+    """Build V for every key at once; `contributions.key` indexes `keys`.
+
+    Policies: either one per key (`policies[k]` for `keys[k]`), or, with `policy_index`, a small
+    table that `policy_index[k]` points into (the engine has one policy per metric, so it avoids
+    hashing 100 000 equal policies). With `workers > 1` large builds are split by key range and run
+    in threads: the numpy work releases the GIL, so two cores build twice as fast.
 
     Contributions with a non-finite value or an empty window are ignored (the engine reports them
     before they get here).
@@ -173,10 +182,38 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
     n_keys = len(keys)
     if n_keys >= _MAX_KEYS:
         raise ValueError(f"too many timeline keys ({n_keys})")
-    # Keys share a handful of policies (one per metric): expand per-policy arrays by index.
-    distinct: dict[MetricPolicy, int] = {}
-    which = np.fromiter((distinct.setdefault(p, len(distinct)) for p in policies), np.int64, n_keys)
-    table = list(distinct)
+    if policy_index is None:
+        distinct: dict[MetricPolicy, int] = {}
+        which = np.fromiter((distinct.setdefault(p, len(distinct)) for p in policies), np.int64, n_keys)
+        table: Sequence[MetricPolicy] = list(distinct)
+    else:
+        which, table = np.asarray(policy_index, dtype=np.int64), policies
+    big = n_keys >= PARALLEL_MIN_KEYS and len(contributions.key) >= PARALLEL_MIN_CONTRIBUTIONS
+    chunks = workers if workers > 1 and big else 1
+    if chunks == 1:
+        parts = [_build_arrays(n_keys, table, which, contributions)]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        bounds = np.linspace(0, n_keys, chunks + 1).astype(np.int64)
+        key = np.asarray(contributions.key, dtype=np.int64)
+        jobs = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            sel = (key >= lo) & (key < hi)
+            jobs.append((int(hi - lo), which[lo:hi], ContributionArrays(
+                key[sel] - lo, contributions.start[sel], contributions.end[sel], contributions.value[sel])))
+        with ThreadPoolExecutor(max_workers=chunks) as pool:
+            parts = list(pool.map(lambda job: _build_arrays(job[0], table, job[1], job[2]), jobs))
+    pre = np.concatenate([p[0] for p in parts])
+    shifts = np.cumsum([0] + [len(p[2]) for p in parts[:-1]])
+    offsets = np.concatenate([[0]] + [p[1][1:] + shift for p, shift in zip(parts, shifts)]).astype(np.int64)
+    return TimelineSet(list(keys), pre, offsets, np.concatenate([p[2] for p in parts]),
+                       np.concatenate([p[3] for p in parts]))
+
+
+def _build_arrays(n_keys: int, table: Sequence[MetricPolicy], which: np.ndarray,
+                  contributions: ContributionArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(pre values, offsets, breakpoints in unix ms, values) for keys 0..n_keys-1."""
     default = np.array([p.default_value for p in table], dtype=float)[which]
     lead_ms = to_ms([p.lead_time for p in table])[which] if n_keys else np.empty(0, np.int64)
     hold_ms = to_ms([p.hold_time for p in table])[which] if n_keys else np.empty(0, np.int64)
@@ -236,7 +273,7 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
     counts = np.bincount(v_key, minlength=n_keys) if len(v_key) else np.zeros(n_keys, np.int64)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     plain_ms = (v_breaks & _TIME_MASK) - _SHIFT
-    return TimelineSet(list(keys), pre, offsets, plain_ms.astype(np.int64), v.astype(float))
+    return pre, offsets, plain_ms.astype(np.int64), v.astype(float)
 
 
 def _unique_with_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -253,8 +290,9 @@ def _unique_with_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    # np.unique in numpy 2 hashes before sorting, which is several times slower for int64 here.
-    ordered = np.sort(values)
+    # np.unique in numpy 2 hashes before sorting, which is several times slower for int64 here. The
+    # input is two sorted runs, which the stable sort (timsort) merges in linear time.
+    ordered = np.sort(values, kind="stable")
     if len(ordered) < 2:
         return ordered
     keep = np.empty(len(ordered), dtype=bool)

@@ -100,3 +100,23 @@ def test_long_lead_time_uses_range_max_over_many_segments() -> None:
     tl = build_timeline(pol, cs)
     assert tl.value_at(-10) == 96
     assert tl.value_at(19990) == max(c.value for c in cs if c.start >= 19990 or c.end > 19990)
+
+
+def test_parallel_build_equals_serial(monkeypatch) -> None:
+    import adapter.timeline as timeline
+
+    monkeypatch.setattr(timeline, "PARALLEL_MIN_KEYS", 1)
+    monkeypatch.setattr(timeline, "PARALLEL_MIN_CONTRIBUTIONS", 1)
+    rng = np.random.default_rng(3)
+    keys = [("m", "ns", str(i)) for i in range(301)]
+    table = [MetricPolicy(lead_time=30, merge_strategy="Max", default_value=1), MetricPolicy(hold_time=5)]
+    index = rng.integers(0, 2, len(keys))
+    n = 5000
+    start = rng.integers(0, 5000, n).astype(float)
+    arrays = ContributionArrays(rng.integers(0, len(keys), n), start, start + rng.integers(1, 300, n),
+                                rng.normal(50, 20, n))
+    serial = build_timelines(keys, table, arrays, policy_index=index, workers=1)
+    parallel = build_timelines(keys, table, arrays, policy_index=index, workers=3)
+    probe = np.arange(-100.0, 5500.0, 7.0)
+    for key in keys:
+        np.testing.assert_array_equal(serial.values_at(key, probe), parallel.values_at(key, probe))
