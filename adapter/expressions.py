@@ -19,6 +19,7 @@ drops that one contribution and is reported; it never affects other contribution
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from dataclasses import dataclass
@@ -119,7 +120,22 @@ class CompiledExpression:
 
 
 def compile_expression(text: str, path: str = "", known_names: frozenset[str] | None = None) -> CompiledExpression:
-    """Parse and validate once, at load time. Raises ValidationError(path, message)."""
+    """Parse and validate once, at load time. Raises ValidationError(path, message).
+
+    Results are cached by text: a VirtualMetricEvent with 1 000 entries usually repeats a few
+    expressions, and a CompiledExpression is immutable."""
+    try:
+        return _compile_cached(text, known_names)
+    except ValidationError as exc:
+        raise ValidationError(path, exc.detail) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_cached(text: str, known_names: frozenset[str] | None) -> CompiledExpression:
+    return _compile(text, "", known_names)
+
+
+def _compile(text: str, path: str, known_names: frozenset[str] | None) -> CompiledExpression:
     if not isinstance(text, str) or not text.strip():
         raise ValidationError(path, "expression is empty")
     if len(text) > MAX_EXPRESSION_LENGTH:

@@ -28,6 +28,8 @@ from adapter.resources import KIND_EVENT, KIND_METRIC
 log = logging.getLogger("prescaler.manifests")
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
+# libyaml's loader when PyYAML was built with it: the same safe subset, many times faster.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -160,7 +162,7 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = list(yaml.load_all(text, Loader=_SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
