@@ -43,6 +43,7 @@ Key = tuple[str, str, str]  # (metric name, namespace, resource name)
 
 # Large rebuilds split across threads (numpy releases the GIL); the machines have 2 cores.
 REBUILD_WORKERS = min(2, os.cpu_count() or 1)
+STATUS_COALESCE_SECONDS = 0.2
 
 
 # ---------------------------------------------------------------- query results
@@ -85,6 +86,7 @@ class EventState:
     vme: VirtualMetricEvent | None = None
     error: str | None = None  # validation error (object rejected)
     entries: list[EntryPlan] = field(default_factory=list)
+    metric_names: frozenset[str] = frozenset()
     runner: SourceRunner | None = None
     # Contributions of the last snapshot: key -> (start, end, value) arrays.
     contributions: dict[Key, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -139,6 +141,7 @@ class Engine:
         self._dirty = False
         self._status_listeners: list[Callable[[], None]] = []
         self._status_snapshot: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+        self._status_handle: asyncio.TimerHandle | None = None
         self._synced_kinds: set[str] = set()
         self._lock = threading.Lock()
 
@@ -159,6 +162,8 @@ class Engine:
                 await state.runner.stop()
         if self._rebuild_handle:
             self._rebuild_handle.cancel()
+        if self._status_handle:
+            self._status_handle.cancel()
 
     @property
     def synced(self) -> bool:
@@ -253,6 +258,7 @@ class Engine:
             return  # unchanged (e.g. a re-list); keep the running source and its snapshot
         source_changed = state.vme is None or state.vme.source != vme.source
         state.vme, state.error, state.entries = vme, None, entries
+        state.metric_names = frozenset(e.metric for e in entries)
         log.info("loaded VirtualMetricEvent %s (%s source, %d metric entries)", name, vme.source.kind,
                  len(entries))
         if source_changed:
@@ -328,8 +334,11 @@ class Engine:
             names = set().union(*(e.expression.names for e in state.entries)) if state.entries else set()
             columns = {n: np.fromiter((i.values.get(n, math.nan) for i in items), float, len(items))
                        for n in names}
+            evaluated: dict[str, np.ndarray] = {}  # entries often share an expression
             for entry in state.entries:
-                values = entry.expression.evaluate_many(columns, len(items))
+                values = evaluated.get(entry.expression.text)
+                if values is None:
+                    values = evaluated[entry.expression.text] = entry.expression.evaluate_many(columns, len(items))
                 ok = np.isfinite(values)
                 if not ok.all():
                     bad = np.flatnonzero(~ok)
@@ -439,8 +448,17 @@ class Engine:
         return self._status_snapshot
 
     def _notify_status(self) -> None:
-        if self._loop is None or threading.get_ident() == self._loop_thread:
-            self._status_snapshot = self.statuses()
+        """Something that status reflects changed: refresh the snapshot soon (coalesced, so a burst
+        of fetches costs one recomputation) and tell the listeners (the status writer)."""
+        if self._loop is None:
+            self._refresh_status()
+            return
+        if self._status_handle is None:
+            self._status_handle = self._loop.call_later(STATUS_COALESCE_SECONDS, self._refresh_status)
+
+    def _refresh_status(self) -> None:
+        self._status_handle = None
+        self._status_snapshot = self.statuses()
         for callback in self._status_listeners:
             try:
                 callback()
@@ -659,7 +677,7 @@ def _event_status(state: EventState, pub: Published, now: float) -> dict[str, An
     else:
         warn = f"; {len(health.warnings)} warning(s): " + "; ".join(health.warnings[:3]) if health.warnings else ""
         source = _condition("SourceHealthy", True, "FetchSucceeded", f"{health.item_count} item(s){warn}", gen)
-    unknown_metrics = sorted({e.metric for e in state.entries} - set(pub.metrics))
+    unknown_metrics = sorted(m for m in state.metric_names if m not in pub.metrics)
     if state.dropped:
         exprs = _condition("ExpressionsValid", False, "EvaluationFailed", "; ".join(state.drop_reasons), gen)
     else:
