@@ -131,7 +131,6 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     client CAs for the TLS layer."""
     from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
-    from adapter.preview import install_preview_routes
     from adapter.sources.base import SourceContext
     from adapter.store.manifests import ManifestStore
 
@@ -165,7 +164,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     from adapter.auth.factory import build_auth
     from adapter.auth.middleware import AuthMiddleware
 
-    app = PrescalerApp(engine, lifespan=lifespan, preview=install_preview_routes)
+    app = PrescalerApp(engine, lifespan=lifespan)
     authenticator, authorizer, client_cas = build_auth(args)
     return AuthMiddleware(app, authenticator, authorizer), client_cas
 

@@ -175,7 +175,9 @@ async def _preview_from_manifests(args: argparse.Namespace) -> dict[str, Any]:
     from adapter.store.manifests import ManifestError, ManifestStore
 
     context = SourceContext(allow_private_networks=args.allow_private_networks)
-    engine = Engine(context, start_sources=False)
+    start = parse_time(args.start, time.time())
+    # Sources are fetched as of the preview's start, so a calendar is expanded around that time.
+    engine = Engine(context, clock=lambda: start, start_sources=False)
     try:
         store = ManifestStore(engine, args.manifests)
     except ManifestError as exc:
@@ -194,7 +196,7 @@ async def _preview_from_manifests(args: argparse.Namespace) -> dict[str, Any]:
         elif state.runner and state.runner.health.last_error:
             print(f"warning: VirtualMetricEvent {state.name}: {state.runner.health.last_error}", file=sys.stderr)
     await engine.settle()
-    req = PreviewRequest(args.metric, args.namespace, args.resource, parse_time(args.start, time.time()),
+    req = PreviewRequest(args.metric, args.namespace, args.resource, start,
                          parse_duration(args.duration), parse_duration(args.step))
     try:
         return preview(engine, req)

@@ -25,6 +25,7 @@ from adapter import observability as obs
 from adapter.api import openapi, wire
 from adapter.engine import Engine
 from adapter.labels import SelectorError, parse_query_selector
+from adapter.preview import install_preview_routes
 from adapter.version import version_info
 
 log = logging.getLogger("prescaler.api")
@@ -44,14 +45,14 @@ _GROUP = wire.api_group()
 
 
 class PrescalerApp:
-    """The ASGI application. `extra_routes` lets the CLI add routes (e.g. preview) to the FastAPI part."""
+    """The ASGI application: the hot /apis path in front of a FastAPI app for everything else."""
 
     def __init__(self, engine: Engine, lifespan: Callable[[], Any] | None = None,
-                 ready: Callable[[], bool] | None = None, preview: Any = None):
+                 ready: Callable[[], bool] | None = None):
         self.engine = engine
         self._ready = ready or (lambda: engine.synced)
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
-        self.fastapi = _build_fastapi(self, lifespan, preview)
+        self.fastapi = _build_fastapi(self, lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/apis"):
@@ -149,7 +150,7 @@ async def _respond(send: Send, code: int, body: bytes, headers: list[tuple[bytes
 # ---------------------------------------------------------------- everything that is not /apis
 
 
-def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None, preview: Any) -> FastAPI:
+def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None) -> FastAPI:
     @asynccontextmanager
     async def _lifespan(_: FastAPI) -> AsyncIterator[None]:
         if lifespan is None:
@@ -191,8 +192,7 @@ def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None, previe
     async def openapi_v3_gv() -> Response:
         return Response(openapi.v3_bytes(), media_type="application/json")
 
-    if preview is not None:
-        preview(api, app.engine)
+    install_preview_routes(api, app.engine)  # read-only, outside the aggregated path
 
     @api.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
                    include_in_schema=False)
