@@ -39,6 +39,7 @@ test: install tools
 	$(PY) -m pytest -q
 
 bench: install tools
+	@bash scripts/install-wrk.sh
 	$(PIP) install --quiet statsmodels
 	$(PY) bench/serve.py
 	$(PY) bench/timeline.py

@@ -8,7 +8,8 @@ import importlib
 import logging
 import os
 import sys
-from typing import Any, AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from adapter import __version__
 

@@ -19,9 +19,10 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -30,8 +31,15 @@ from adapter.errors import ValidationError
 from adapter.expressions import CompiledExpression, ExpressionError, compile_expression
 from adapter.items import Item
 from adapter.labels import Selector
-from adapter.resources import (KIND_EVENT, KIND_METRIC, VirtualMetric, VirtualMetricEvent, object_id,
-                               parse_virtual_metric, parse_virtual_metric_event)
+from adapter.resources import (
+    KIND_EVENT,
+    KIND_METRIC,
+    VirtualMetric,
+    VirtualMetricEvent,
+    object_id,
+    parse_virtual_metric,
+    parse_virtual_metric_event,
+)
 from adapter.sources.base import SourceContext
 from adapter.sources.registry import config_parsers, create_source, source_class
 from adapter.sources.runner import SourceRunner
@@ -462,7 +470,7 @@ class Engine:
         for callback in self._status_listeners:
             try:
                 callback()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("status listener failed")
 
     # ---------------------------------------------------------------- queries (hot path)
@@ -536,10 +544,10 @@ class Engine:
     def statuses(self) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
         now = self.clock()
         out: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-        for name, state in self.metrics.items():
-            out[(KIND_METRIC, name)] = (state.generation, self.metric_status(name) or {})
-        for name, state in self.events.items():
-            out[(KIND_EVENT, name)] = (state.generation, _event_status(state, self.published, now))
+        for name, metric_state in self.metrics.items():
+            out[(KIND_METRIC, name)] = (metric_state.generation, self.metric_status(name) or {})
+        for name, event_state in self.events.items():
+            out[(KIND_EVENT, name)] = (event_state.generation, _event_status(event_state, self.published, now))
         return out
 
 
@@ -643,7 +651,7 @@ def _stale_message(metric: str, ns: str, resource: str, owner: str, runner: Sour
 def _rfc3339(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return datetime.fromtimestamp(int(ts), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _condition(kind: str, ok: bool | None, reason: str, message: str, generation: int) -> dict[str, Any]:
@@ -715,4 +723,4 @@ def _generation_of(doc: Mapping[str, Any]) -> int:
     return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
 
 
-__all__ = ["Engine", "QueryResult", "TargetValue", "Published", "Key", "Hashable"]
+__all__ = ["Engine", "Hashable", "Key", "Published", "QueryResult", "TargetValue"]

@@ -20,7 +20,7 @@ class ValidationError(ValueError):
         where = f"{self.obj}: " if self.obj else ""
         return f"{where}{self.path}: {self.detail}" if self.path else f"{where}{self.detail}"
 
-    def for_object(self, obj: str) -> "ValidationError":
+    def for_object(self, obj: str) -> ValidationError:
         """The same error, attributed to an object (kept when already attributed)."""
         return self if self.obj else ValidationError(self.path, self.detail, obj)
 

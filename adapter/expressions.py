@@ -22,8 +22,9 @@ import ast
 import functools
 import math
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import simpleeval
@@ -156,12 +157,13 @@ def _compile(text: str, path: str, known_names: frozenset[str] | None) -> Compil
         if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or
                                                not isinstance(node.value, (int, float))):
             raise ValidationError(path, f"only numeric constants are allowed, got {node.value!r}")
-        if isinstance(node, ast.Constant) and not (math.isfinite(node.value) and abs(node.value) <= MAX_MAGNITUDE):
+        if isinstance(node, ast.Constant) and not (math.isfinite(float(node.value))  # type: ignore[arg-type]
+                                                   and abs(float(node.value)) <= MAX_MAGNITUDE):  # type: ignore[arg-type]
             raise ValidationError(path, f"constant {node.value!r} is too large")
         if isinstance(node, ast.Call):
             _check_call(node, path)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) \
-                and abs(node.right.value) > MAX_EXPONENT:
+                and abs(float(node.right.value)) > MAX_EXPONENT:  # type: ignore[arg-type]
             raise ValidationError(path, f"exponent {node.right.value!r} is larger than {MAX_EXPONENT:g}")
         if isinstance(node, ast.Name) and not _is_function_position(node, tree):
             if node.id in FUNCTION_NAMES:
@@ -233,7 +235,7 @@ def _vector_eval(node: ast.AST, columns: Mapping[str, np.ndarray]) -> tuple[Any,
     """(values, failed): `failed` marks items whose scalar evaluation would have raised, honouring
     Python's lazy evaluation of `x if c else y`, `and` and `or` (so `a / b if b else 0` is safe)."""
     if isinstance(node, ast.Constant):
-        return float(node.value), False
+        return float(node.value), False  # type: ignore[arg-type]  # numeric: checked at compile time
     if isinstance(node, ast.Name):
         column = columns[node.id]
         return column, ~np.isfinite(column)

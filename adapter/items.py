@@ -8,8 +8,9 @@ Items are immutable so snapshots can be shared between the fetch loop and the ti
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 # Bounds that keep every later computation finite and exact enough: unix seconds up to year ~2200,
 # values well inside float64's exact-integer range so quantities stay meaningful.

@@ -16,7 +16,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -98,7 +98,7 @@ def _contributions(engine: Engine, key: tuple[str, str, str], hold: float) -> li
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str | None, now: float) -> float:
@@ -113,7 +113,7 @@ def parse_time(text: str | None, now: float) -> float:
     except ValueError:
         raise ValueError(f"invalid time {text!r}: use unix seconds, RFC3339 or 'now'") from None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
 
 
@@ -186,7 +186,7 @@ async def _preview_from_manifests(args: argparse.Namespace) -> dict[str, Any]:
     await engine.start()
     store.poll()
     await engine.settle()
-    for path, error in store.errors.items():
+    for error in store.errors.values():
         print(f"warning: {error}", file=sys.stderr)
     runners = [s.runner for s in engine.events.values() if s.runner is not None]
     await asyncio.gather(*(r.fetch_once() for r in runners))
@@ -221,10 +221,10 @@ def _plot(doc: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    times = [datetime.fromtimestamp(s["unix"], tz=timezone.utc) for s in doc["steps"]]
+    times = [datetime.fromtimestamp(s["unix"], tz=UTC) for s in doc["steps"]]
     values = [s["value"] if math.isfinite(s["value"]) else float("nan") for s in doc["steps"]]
     fig, ax = plt.subplots(figsize=(10, 4))
-    ax.step(times, values, where="post", label=f"served {doc['metric']}")
+    ax.step(times, values, where="post", label=f"served {doc['metric']}")  # type: ignore[arg-type]
     ax.set_title(f"{doc['metric']} for {doc['namespace']}/{doc['resource']}")
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel(doc["metric"])

@@ -19,8 +19,8 @@ breakpoint is combined with its key index into one sortable int64 (`key << 43 | 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -72,18 +72,18 @@ class ContributionArrays:
     value: np.ndarray
 
     @staticmethod
-    def empty() -> "ContributionArrays":
+    def empty() -> ContributionArrays:
         return ContributionArrays(np.empty(0, np.int64), np.empty(0), np.empty(0), np.empty(0))
 
     @staticmethod
-    def concat(parts: Sequence["ContributionArrays"]) -> "ContributionArrays":
+    def concat(parts: Sequence[ContributionArrays]) -> ContributionArrays:
         if not parts:
             return ContributionArrays.empty()
         return ContributionArrays(*(np.concatenate([getattr(p, f) for p in parts])
                                     for f in ("key", "start", "end", "value")))
 
 
-def to_ms(seconds: np.ndarray | float) -> np.ndarray:
+def to_ms(seconds: np.ndarray | Sequence[float] | float) -> np.ndarray:
     return np.rint(np.asarray(seconds, dtype=float) * 1000.0).astype(np.int64)
 
 

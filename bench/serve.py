@@ -149,7 +149,7 @@ def main() -> None:
 
     print(f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {PATH}")
     print(f"{'server':<28} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
-    for name, r in ((f"bare ASGI (same bytes)", bare), *((f"prescaler, {t:,} targets", results[t])
+    for name, r in (("bare ASGI (same bytes)", bare), *((f"prescaler, {t:,} targets", results[t])
                                                           for t in results)):
         print(f"{name:<28} {r['rps']:>9.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['non2xx']:>8.0f}")
     small, large = results[10], results[args.large]

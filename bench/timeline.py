@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapter.expressions import compile_expression  # noqa: E402
-from adapter.labels import parse_selector  # noqa: E402
-from adapter.timeline import ContributionArrays, MetricPolicy, build_timelines  # noqa: E402
+from adapter.expressions import compile_expression
+from adapter.labels import parse_selector
+from adapter.timeline import ContributionArrays, MetricPolicy, build_timelines
 
 
 def synthetic(n_targets: int, n_items: int, seed: int = 1) -> tuple[list, list, ContributionArrays]:

@@ -16,7 +16,7 @@ class Announcer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 outer.requests += 1
                 self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")

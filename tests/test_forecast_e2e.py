@@ -11,7 +11,7 @@ import time
 from prometheus_fixture import shared_prometheus
 
 from adapter.quantity import parse_quantity
-from tests.helpers import client, entry, fetch_all, loaded_engine, metric, run
+from tests.helpers import client, fetch_all, loaded_engine, metric, run
 
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
 

@@ -368,7 +368,7 @@ def test_code_and_schema_agree(name: str) -> None:
     assert _code_accepts(doc) == (errors(doc) == []), name
 
 
-# Deliberate differences (docs/cluster.md): Kubernetes has no number-or-string type, so the CRD asks for
+# Deliberate differences (README.md, "Running in a cluster"): Kubernetes has no number-or-string type, so the CRD asks for
 # plain numbers and duration strings, while the code (also used with --manifests) is more lenient.
 STRICTER_SCHEMA = {
     "quoted number": with_(VM, "spec.defaultValue", "10"),
@@ -379,4 +379,4 @@ STRICTER_SCHEMA = {
 @pytest.mark.parametrize("name", list(STRICTER_SCHEMA))
 def test_documented_differences_are_still_true(name: str) -> None:
     doc = STRICTER_SCHEMA[name]
-    assert _code_accepts(doc) and errors(doc), f"{name}: no longer a difference; update docs/cluster.md"
+    assert _code_accepts(doc) and errors(doc), f"{name}: no longer a difference; update the README section Running in a cluster"

@@ -7,12 +7,12 @@ period 1 day) and a real trace, ending at the fixture's `last_sample`.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 import itertools
 import json
 import math
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest

@@ -7,8 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.timeline import (STRATEGIES, Contribution, ContributionArrays, MetricPolicy, build_timeline,
-                              build_timelines, reference_value)
+from adapter.timeline import (
+    STRATEGIES,
+    Contribution,
+    ContributionArrays,
+    MetricPolicy,
+    build_timeline,
+    build_timelines,
+    reference_value,
+)
 
 contribution = st.builds(
     lambda start, length, value: Contribution(float(start), float(start + length), float(value)),
@@ -103,7 +110,7 @@ def test_long_lead_time_uses_range_max_over_many_segments() -> None:
 
 
 def test_parallel_build_equals_serial(monkeypatch) -> None:
-    import adapter.timeline as timeline
+    from adapter import timeline
 
     monkeypatch.setattr(timeline, "PARALLEL_MIN_KEYS", 1)
     monkeypatch.setattr(timeline, "PARALLEL_MIN_CONTRIBUTIONS", 1)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from adapter.engine import TargetValue
 from adapter.quantity import format_milli
@@ -54,7 +55,7 @@ def timestamp(now: float) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _timestamp(second: int) -> str:
-    return datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def external_metric_value_list(metric: str, values: Iterable[TargetValue], now: float) -> bytes:

@@ -138,7 +138,9 @@ def build_auth(
     ``authn_api`` / ``authz_api`` override the Kubernetes clients (tests, embedding).  Raises
     AuthConfigError with a readable message for unusable files or an unreachable cluster.
     """
-    opt = lambda name, default=None: getattr(options, name, default)
+    def opt(name: str, default: Any = None) -> Any:
+        return getattr(options, name, default)
+
     try:
         if authn_api is None:
             authn_api = _api_for(opt("authentication_kubeconfig") or opt("kubeconfig"))

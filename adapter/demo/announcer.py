@@ -11,8 +11,9 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("prescaler.demo")
 
@@ -33,7 +34,7 @@ def batches(now: float, period: int = 300, duration: int = 120, offset: int = 60
 
 def make_handler(clock: Callable[[], float] = time.time, period: int = 300) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
+        def do_GET(self) -> None:
             if not self.path.split("?")[0].endswith("/metrics"):
                 self.send_error(404, "try /service-a/metrics")
                 return

@@ -10,8 +10,9 @@ paths) and `fetch`, and register it in `adapter.sources.registry`.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Protocol
 
 from adapter.items import Item
 

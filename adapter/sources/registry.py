@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from adapter.errors import ValidationError
 from adapter.sources.base import CommonSourceSettings, Source, SourceContext

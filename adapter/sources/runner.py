@@ -12,8 +12,8 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from adapter import observability as obs
 from adapter.errors import SourceError
@@ -76,11 +76,11 @@ class SourceRunner:
                 raise SourceError(f"source returned {len(items)} items, more than {MAX_ITEMS_PER_SNAPSHOT}")
         except asyncio.CancelledError:
             raise
-        except (SourceError, asyncio.TimeoutError, TimeoutError) as exc:
+        except (SourceError, TimeoutError) as exc:
             message = str(exc) or f"timed out after {self.source.common.timeout:g}s"
             self._failed(message, kind)
             return False
-        except Exception as exc:  # noqa: BLE001 - a buggy source must never take the server down
+        except Exception as exc:
             log.exception("source of VirtualMetricEvent %s crashed", self.owner)
             self._failed(f"internal error in {kind} source: {type(exc).__name__}: {exc}", kind)
             return False
@@ -129,7 +129,7 @@ class SourceRunner:
             self._task = None
         try:
             await self.source.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.debug("closing source of %s failed", self.owner, exc_info=True)
 
     async def _loop(self) -> None:
@@ -144,5 +144,5 @@ class SourceRunner:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

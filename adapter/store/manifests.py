@@ -17,9 +17,10 @@ import asyncio
 import base64
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -108,8 +109,9 @@ class ManifestStore:
         for path in sorted(self.files):
             for doc in self.files[path].docs:
                 kind = doc.get("kind")
-                meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
-                name = meta.get("name") if isinstance(meta, Mapping) else None
+                raw_meta = doc.get("metadata")
+                meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+                name = meta.get("name")
                 if kind in (KIND_METRIC, KIND_EVENT):
                     target = metrics if kind == KIND_METRIC else events
                     key = name if isinstance(name, str) else f"<unnamed in {path}>"
@@ -135,7 +137,7 @@ class ManifestStore:
             await asyncio.sleep(self.poll_interval)
             try:
                 self.poll()
-            except Exception:  # noqa: BLE001 - a reload problem must not stop serving
+            except Exception:
                 log.exception("reloading manifests failed")
 
     def start(self) -> None:
