@@ -40,7 +40,7 @@ test: install tools
 
 bench: install tools
 	@bash scripts/install-wrk.sh
-	$(PIP) install --quiet statsmodels
+	$(PIP) install --quiet -e '.[bench]'
 	$(PY) bench/serve.py
 	$(PY) bench/timeline.py
 	$(PY) bench/forecast.py

@@ -1,0 +1,137 @@
+"""`prescaler forecast` and `prescaler backtest` subcommands.
+
+adapter/cli.py calls add_parsers(subparsers); each subcommand's func(args) returns the exit code.
+Bad input gives one clear line on stderr and exit code 2 (never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+
+from ..durations import DurationError, parse_duration
+from . import MODELS, fit_predict
+from .evaluate import pick_origins, score
+from .io import SeriesError, read_series
+
+EXIT_BAD_INPUT = 2
+
+
+def add_parsers(subparsers) -> None:
+    fc = subparsers.add_parser(
+        "forecast", help="forecast a timestamp,value CSV",
+        description="Read a timestamp,value CSV history and print timestamp,forecast,lower,upper "
+                    "for the steps after its last timestamp, at the history's step.")
+    fc.add_argument("--history", required=True, metavar="FILE.csv", help="timestamp,value CSV")
+    fc.add_argument("--horizon", required=True, metavar="DURATION", help="how far ahead, e.g. 15m")
+    fc.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)} (default auto)")
+    fc.add_argument("--season", default=None, metavar="DURATION",
+                    help="season length, e.g. 24h or 168h (default: detected)")
+    fc.add_argument("--quantile", default="0.9", metavar="Q",
+                    help="upper bound quantile in (0.5, 1); lower is 1-Q (default 0.9)")
+    fc.set_defaults(func=run_forecast)
+
+    bt = subparsers.add_parser(
+        "backtest", help="rolling-origin backtest of a model on a timestamp,value CSV",
+        description="Rolling origins over the last week of the trace; prints MASE, MAE and "
+                    "interval coverage of the model next to seasonal naive.")
+    bt.add_argument("--trace", required=True, metavar="FILE.csv", help="timestamp,value CSV")
+    bt.add_argument("--horizon", required=True, metavar="DURATION", help="e.g. 15m")
+    bt.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)} (default auto)")
+    bt.add_argument("--season", default=None, metavar="DURATION", help="season length (default: detected)")
+    bt.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile (default 0.9)")
+    bt.add_argument("--origins", default="48", metavar="N", help="number of origins (default 48, >= 1)")
+    bt.set_defaults(func=run_backtest)
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _common(args: argparse.Namespace, path: str) -> tuple[np.ndarray, np.ndarray, float, int,
+                                                          float | None, float]:
+    if args.model not in MODELS:
+        raise _BadInput(f"unknown model {args.model!r}: expected one of {', '.join(MODELS)}")
+    try:
+        timestamps, values, step = read_series(path)
+    except SeriesError as exc:
+        raise _BadInput(str(exc)) from None
+    horizon_s = _duration(args.horizon, "--horizon")
+    # A horizon shorter than the step still means the next point.
+    horizon = max(1, math.ceil(horizon_s / step - 1e-9))
+    season = _duration(args.season, "--season") if args.season is not None else None
+    try:
+        quantile = float(args.quantile)
+    except ValueError:
+        raise _BadInput(f"--quantile {args.quantile!r} is not a number") from None
+    if not 0.5 < quantile < 1:
+        raise _BadInput(f"--quantile must be in (0.5, 1), got {args.quantile}")
+    if not np.any(np.isfinite(values)):
+        raise _BadInput(f"{path}: no numeric values")
+    return timestamps, values, step, horizon, season, quantile
+
+
+def _duration(text: str, flag: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except DurationError as exc:
+        raise _BadInput(f"{flag}: {exc}") from None
+    if seconds <= 0:
+        raise _BadInput(f"{flag} must be positive, got {text!r}")
+    return seconds
+
+
+def run_forecast(args: argparse.Namespace) -> int:
+    try:
+        timestamps, values, step, horizon, season, quantile = _common(args, args.history)
+        result = fit_predict(values, step, horizon, model=args.model, season=season, quantile=quantile)
+    except (_BadInput, ValueError) as exc:
+        print(f"prescaler forecast: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    season_txt = "none" if result.season is None else f"{result.season:g}s"
+    print(f"# model={result.model} season={season_txt}" + (f" note={result.note}" if result.note else ""),
+          file=sys.stderr)
+    out = sys.stdout
+    out.write("timestamp,forecast,lower,upper\n")
+    future = timestamps[-1] + step * np.arange(1, horizon + 1)
+    for ts, f, lo, hi in zip(future, result.forecast, result.lower, result.upper):
+        out.write(f"{_fmt_ts(ts)},{f:.6g},{lo:.6g},{hi:.6g}\n")
+    return 0
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    try:
+        _, values, step, horizon, season, quantile = _common(args, args.trace)
+        try:
+            count = int(args.origins)
+        except ValueError:
+            raise _BadInput(f"--origins {args.origins!r} is not an integer") from None
+        if count < 1:
+            raise _BadInput("--origins must be >= 1")
+        origins = pick_origins(len(values), step, horizon, count=count,
+                               min_history=max(2, min(len(values) // 2, len(values) - horizon - 1)))
+        rows = [score(values, step, horizon, args.model, origins, season, quantile)]
+        if args.model != "seasonalNaive":
+            rows.append(score(values, step, horizon, "seasonalNaive", origins, season, quantile))
+        if args.model != "lastValue":
+            rows.append(score(values, step, horizon, "lastValue", origins, season, quantile))
+    except (_BadInput, ValueError) as exc:
+        print(f"prescaler backtest: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"# {args.trace}: step {step:g}s, horizon {horizon} step(s), {len(origins)} origins, "
+          f"quantile {quantile:g}")
+    print("model,mase,mae,coverage_upper,coverage_interval,used")
+    for r in rows:
+        used = " ".join(f"{k}:{v}" for k, v in sorted(r.chosen.items()))
+        print(f"{r.model},{r.mase:.4f},{r.mae:.4g},{r.coverage:.3f},{r.within:.3f},{used}")
+    base = rows[1] if len(rows) > 1 else rows[0]
+    if base is not rows[0] and base.mae > 0:
+        print(f"# MAE ratio {args.model}/seasonalNaive = {rows[0].mae / base.mae:.3f}")
+    return 0
+
+
+def _fmt_ts(ts: float) -> str:
+    return str(int(ts)) if float(ts).is_integer() else f"{ts:.3f}"
