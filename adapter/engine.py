@@ -72,6 +72,9 @@ class QueryResult:
     values: tuple[TargetValue, ...] = ()
     error_code: int = 0
     error_message: str = ""
+    # The answer stays the same until this time, as long as the published snapshot is the same
+    # (lets the HTTP layer reuse the response body; see adapter.api.app).
+    valid_until: float = math.inf
 
 
 # ---------------------------------------------------------------- per-object state
@@ -497,16 +500,24 @@ class Engine:
             candidates = [(namespace, t) for t in pub.targets.get((metric, namespace), ())]
         values: list[TargetValue] = []
         seen: set[str] = set()
+        valid_until = math.inf
         for ns, (resource, k) in candidates:
             labels = pub.labels[k]
             if not selector.matches(labels):
                 continue
             for runner, owner in zip(pub.holders[k], pub.holder_names[k]):
                 if runner.is_stale(now):
+                    # Stays stale until a fetch succeeds, which publishes a new snapshot.
                     return QueryResult(error_code=503, error_message=_stale_message(metric, ns, resource, owner,
                                                                                     runner, now))
-            value = pub.timelines.value_at((metric, ns, resource), now)
-            values.append(TargetValue(resource, ns, labels, vm.clamp(vm.default_value) if value is None else value))
+                valid_until = min(valid_until, runner.stale_at())
+            found = pub.timelines.value_and_next_change((metric, ns, resource), now)
+            if found is None:
+                value = vm.clamp(vm.default_value)
+            else:
+                value, next_change = found
+                valid_until = min(valid_until, next_change)
+            values.append(TargetValue(resource, ns, labels, value))
             seen.add(resource)
         # A selector that names a resource always gets an item: an empty list would make the HPA treat
         # the metric as failed and stop scaling down (DESIGN §4).
@@ -516,7 +527,7 @@ class Engine:
                 if resource not in seen and selector.matches(labels):
                     values.append(TargetValue(resource, namespace, labels, vm.clamp(vm.default_value)))
         values.sort(key=lambda v: (v.namespace, v.name))
-        return QueryResult(values=tuple(values))
+        return QueryResult(values=tuple(values), valid_until=valid_until)
 
     # ---------------------------------------------------------------- status
 

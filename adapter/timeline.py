@@ -118,6 +118,19 @@ class TimelineSet:
         i = int(np.searchsorted(self._break_ms[lo:hi], int(round(t * 1000.0)), side="right"))
         return self._pre_list[k] if i == 0 else float(self._values[lo + i - 1])
 
+    def value_and_next_change(self, key: Hashable, t: float) -> tuple[float, float] | None:
+        """V(t) and the first time after t at which V may change (inf when it never does)."""
+        k = self.index.get(key)
+        if k is None:
+            return None
+        lo, hi = self._offsets_list[k], self._offsets_list[k + 1]
+        if lo == hi:
+            return self._pre_list[k], math.inf
+        i = int(np.searchsorted(self._break_ms[lo:hi], int(round(t * 1000.0)), side="right"))
+        value = self._pre_list[k] if i == 0 else float(self._values[lo + i - 1])
+        # Queries round t to whole ms, so the value changes from (break - 0.5 ms) on.
+        return value, (float(self._break_ms[lo + i]) / 1000.0 - 0.0005 if lo + i < hi else math.inf)
+
     def values_at(self, key: Hashable, times: np.ndarray) -> np.ndarray:
         k = self.index[key]
         lo, hi = self._offsets_list[k], self._offsets_list[k + 1]

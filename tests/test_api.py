@@ -224,3 +224,42 @@ def test_readyz_503_before_objects_loaded() -> None:
             return await c.get("/readyz")
     r = run(go())
     assert r.status_code == 503
+
+
+def test_reused_responses_follow_time_changes_and_new_snapshots() -> None:
+    """The response cache never serves a value past a breakpoint, a second boundary, staleness or a
+    new snapshot."""
+    from tests.announcer_server import Announcer
+    from tests.helpers import fetch_all
+
+    announcer = Announcer()
+    announcer.set_items([{"start": NOW, "end": NOW + 0.5, "values": {"scheduledMessage": 5}}])
+    event = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "ev"},
+             "spec": {"source": {"api": {"url": announcer.url}, "interval": "10s"},
+                      "metrics": [entry("service-a", "service-a", "scheduledMessage")]}}
+    path = f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a"
+
+    async def go():
+        engine = await loaded_engine([metric(defaultValue=1), event])
+        seen = []
+        async with client(engine) as c:
+            async def value(at):
+                engine.test_clock["now"] = at
+                r = await c.get(path)
+                return r.json()["items"][0]["value"] if r.status_code == 200 else r.status_code
+            seen.append(await value(NOW + 0.1))
+            seen.append(await value(NOW + 0.2))   # reused
+            seen.append(await value(NOW + 0.6))   # past the item's end within the same second
+            announcer.set_items([{"start": NOW, "end": NOW + 100, "values": {"scheduledMessage": 9}}])
+            await fetch_all(engine)               # a new snapshot
+            seen.append(await value(NOW + 0.7))
+            announcer.set_raw(b"down", status=500)
+            await fetch_all(engine)
+            seen.append(await value(NOW + 50.6))  # last success at NOW + 0.7: stale after 50 s, not yet
+            seen.append(await value(NOW + 50.8))  # same second, now stale -> 503 (onStale: Hold)
+        await engine.stop()
+        return seen
+    try:
+        assert run(go()) == ["5", "5", "1", "9", "9", 503]
+    finally:
+        announcer.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -36,6 +37,7 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
+MAX_CACHED_RESPONSES = 10_000
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _GROUP_PREFIX = "/apis/" + wire.GROUP
 _VERSION_PREFIX = f"{_GROUP_PREFIX}/{wire.VERSION}"
@@ -53,6 +55,8 @@ class PrescalerApp:
         self.engine = engine
         self._ready = ready or (lambda: engine.synced)
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
+        # (namespace, metric, query) -> (published snapshot, valid until, status code, body)
+        self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes]] = {}
         self.fastapi = _build_fastapi(self, lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -105,24 +109,40 @@ class PrescalerApp:
         return body
 
     async def _value(self, scope: Scope, send: Send, namespace: str, metric: str) -> int:
+        # Every HPA asks the same question every 15 s and the answer only changes at known times
+        # (a timeline breakpoint, a source turning stale, a new snapshot, the next whole second of
+        # the timestamp), so a response is reused until the first of those.
+        now = self.engine.clock()
+        query_string = scope.get("query_string", b"")
+        cache_key = (namespace, metric, query_string)
+        cached = self._responses.get(cache_key)
+        published = self.engine.published
+        if cached is not None and cached[0] is published and now < cached[1]:
+            await _respond(send, cached[2], cached[3], _JSON)
+            return cached[2]
+        code, body, valid_until = self._compute_value(query_string, namespace, metric, now)
+        if code != 400:
+            if len(self._responses) >= MAX_CACHED_RESPONSES:
+                self._responses.clear()
+            self._responses[cache_key] = (published, min(valid_until, math.floor(now) + 1.0), code, body)
+        await _respond(send, code, body, _JSON)
+        return code
+
+    def _compute_value(self, query_string: bytes, namespace: str, metric: str,
+                       now: float) -> tuple[int, bytes, float]:
         try:
-            selector_text = _label_selector(scope.get("query_string", b""))
-            selector = parse_query_selector(selector_text)
+            selector = parse_query_selector(_label_selector(query_string))
         except (SelectorError, UnicodeDecodeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, SelectorError) else f"invalid query string: {exc}"
-            await _respond(send, 400, wire.status(400, "BadRequest", message), _JSON)
-            return 400
-        now = self.engine.clock()
+            return 400, wire.status(400, "BadRequest", message), now
         result = self.engine.query(metric, namespace, selector, now)
         if result.error_code == 404:
-            await _respond(send, 404, wire.status(404, "NotFound", result.error_message), _JSON)
-            return 404
+            return 404, wire.status(404, "NotFound", result.error_message), math.inf
         if result.error_code:
-            await _respond(send, result.error_code, wire.status(result.error_code, "ServiceUnavailable",
-                                                                result.error_message), _JSON)
-            return result.error_code
-        await _respond(send, 200, wire.external_metric_value_list(metric, result.values, now), _JSON)
-        return 200
+            # 503 (stale, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
+            return (result.error_code, wire.status(result.error_code, "ServiceUnavailable", result.error_message),
+                    math.inf)
+        return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
 
 
 @functools.lru_cache(maxsize=256)

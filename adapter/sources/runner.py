@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -55,6 +56,13 @@ class SourceRunner:
             return False
         reference = self.health.last_success if self.health.last_success is not None else self.health.started_at
         return now - reference > self.source.common.stale_after
+
+    def stale_at(self) -> float:
+        """When the source turns stale if no fetch succeeds before then."""
+        if self.source.never_stale:
+            return math.inf
+        reference = self.health.last_success if self.health.last_success is not None else self.health.started_at
+        return reference + self.source.common.stale_after
 
     @property
     def on_stale(self) -> str:
