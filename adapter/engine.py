@@ -43,7 +43,7 @@ from adapter.resources import (
 from adapter.sources.base import SourceContext
 from adapter.sources.registry import config_parsers, create_source, source_class
 from adapter.sources.runner import SourceRunner
-from adapter.timeline import ContributionArrays, MetricPolicy, TimelineSet, build_timelines
+from adapter.timeline import ContributionArrays, TimelineSet, build_timelines
 
 log = logging.getLogger("prescaler.engine")
 
@@ -606,8 +606,7 @@ def _build_published(metrics: dict[str, VirtualMetric], events: list[EventState]
                 holder_names[k].append(vme.name)
     names = sorted(metrics)
     position = {name: i for i, name in enumerate(names)}
-    table = [MetricPolicy(vm.default_value, vm.merge_strategy, vm.lead_time, vm.hold_time, vm.min, vm.max)
-             for vm in (metrics[n] for n in names)]
+    table = [metrics[n].policy for n in names]
     policy_index = np.fromiter((position[metric] for metric, _, _ in keys), np.int64, len(keys))
     timelines = build_timelines(list(keys), table, ContributionArrays.concat(parts), policy_index=policy_index,
                                 workers=REBUILD_WORKERS)

@@ -8,6 +8,7 @@ and the field path. The kind-specific part of a source is validated by its own c
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from typing import Any
 from adapter.durations import DurationError, parse_duration
 from adapter.errors import ValidationError
 from adapter.sources.base import CommonSourceSettings
+from adapter.timeline import MetricPolicy
 
 GROUP = "prescaler.pingpong.ai"
 VERSION = "v1"
@@ -49,12 +51,14 @@ class VirtualMetric:
     generation: int = 0
     uid: str = ""
 
+    @functools.cached_property
+    def policy(self) -> MetricPolicy:
+        """What the timeline needs of this object (semantics in adapter.timeline)."""
+        return MetricPolicy(self.default_value, self.merge_strategy, self.lead_time, self.hold_time,
+                            self.min, self.max)
+
     def clamp(self, value: float) -> float:
-        if self.min is not None and value < self.min:
-            value = self.min
-        if self.max is not None and value > self.max:
-            value = self.max
-        return value
+        return self.policy.clamp(value)
 
 
 @dataclass(frozen=True)
