@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -733,4 +733,4 @@ def _generation_of(doc: Mapping[str, Any]) -> int:
     return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
 
 
-__all__ = ["Engine", "Hashable", "Key", "Published", "QueryResult", "TargetValue"]
+__all__ = ["Engine", "Key", "Published", "QueryResult", "TargetValue"]
