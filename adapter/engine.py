@@ -330,6 +330,10 @@ class Engine:
         state = self.events.get(name)
         if state is None or state.vme is None:
             return
+        if items == state.items and state.contributions:
+            # Most polls re-announce the same items: nothing to recompute. Staleness is read live from
+            # the runner, so the successful fetch still counts.
+            return
         state.items = items
         self._recompute_contributions(state)
         self._schedule_rebuild()

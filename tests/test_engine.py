@@ -197,3 +197,23 @@ def test_thread_safe_apply_from_another_thread() -> None:
         await engine.stop()
         return result
     assert run(go()) == [4.0]
+
+
+def test_identical_snapshot_skips_the_rebuild_but_counts_as_success(announcer: Announcer) -> None:
+    async def go():
+        announcer.set_items([{"id": "a", "start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 4}}])
+        engine = await loaded_engine([metric(), api_event(announcer.url, interval="10s")])
+        first = engine.published
+        engine.test_clock["now"] = NOW + 45
+        await fetch_all(engine)  # the same items again
+        same = engine.published is first
+        fresh = engine.query("rps", "service-a", A, NOW + 90)  # stale only 50 s after this success
+        announcer.set_items([{"id": "a", "start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 6}}])
+        await fetch_all(engine)
+        changed = value(engine, now=NOW + 90)
+        await engine.stop()
+        return same, fresh, changed
+    same, fresh, changed = run(go())
+    assert same is True
+    assert fresh.error_code == 0 and [v.value for v in fresh.values] == [8.0]
+    assert changed == [12.0]
