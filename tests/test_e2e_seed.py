@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -52,7 +53,8 @@ class Server:
         raise RuntimeError("server did not become ready: " + (workdir / "serve.log").read_text()[-2000:])
 
     def get(self, path: str, **kw) -> httpx.Response:
-        return httpx.get(f"https://127.0.0.1:{self.port}{path}", verify=str(self.ca), timeout=5, **kw)
+        context = ssl.create_default_context(cafile=str(self.ca))
+        return httpx.get(f"https://127.0.0.1:{self.port}{path}", verify=context, timeout=5, **kw)
 
     def stop(self) -> None:
         self.proc.terminate()
