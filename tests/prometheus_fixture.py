@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from shared_data import shared_dir
 
 REPO = Path(__file__).resolve().parent.parent
-TRACE = REPO.parent / "shared" / "data" / "traces" / "nab_aws_elb_request_count_8c0756_5min.csv"
+_SHARED = shared_dir()
+TRACE = (_SHARED or REPO.parent / "shared") / "data" / "traces" / "nab_aws_elb_request_count_8c0756_5min.csv"
 STEP = 300.0
 DAYS = 4
 DAY = 86400.0

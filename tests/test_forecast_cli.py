@@ -13,9 +13,9 @@ import pytest
 
 from adapter.forecast.cli import add_parsers
 from adapter.forecast.io import SeriesError, read_series
+from tests.shared_data import shared_path
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
-ELB = TRACES / "nab_aws_elb_request_count_8c0756_5min.csv"
+ELB_TRACE = "data/traces/nab_aws_elb_request_count_8c0756_5min.csv"
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -33,14 +33,9 @@ def write(path: Path, text: str) -> Path:
 
 
 def trace_copy(tmp_path: Path) -> Path:
-    """The shared ELB trace (5-minute, 14 days), or a synthetic stand-in of the same shape."""
+    """The shared ELB trace (5-minute, 14 days)."""
     target = tmp_path / "elb.csv"
-    if ELB.exists():
-        shutil.copy(ELB, target)
-        return target
-    t = 1397088240 + 300 * np.arange(4040)
-    v = 100 + 40 * np.sin(2 * np.pi * np.arange(4040) / 288)
-    target.write_text("timestamp,value\n" + "".join(f"{a},{b:.3f}\n" for a, b in zip(t, v)))
+    shutil.copy(shared_path(ELB_TRACE), target)
     return target
 
 

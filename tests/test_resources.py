@@ -10,6 +10,7 @@ from adapter.errors import ValidationError
 from adapter.resources import parse_virtual_metric, parse_virtual_metric_event
 from adapter.sources.registry import config_parsers
 from adapter.store.manifests import load_documents
+from tests.shared_data import shared_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "examples" / "seed"
@@ -23,10 +24,7 @@ def seed_docs():
 
 
 def test_seed_manifests_are_verbatim_from_the_original_design() -> None:
-    original = (ROOT.parent / "shared" / "seeds" / "000_15703600d6350574.txt")
-    if not original.exists():
-        pytest.skip(f"{original} not present beside the repository")
-    text = original.read_text()
+    text = shared_path("seeds/000_15703600d6350574.txt").read_text()
     for path in SEED.glob("*.yaml"):
         body = [line for line in path.read_text().splitlines() if not line.startswith("#")]
         # each manifest line appears in the seed text (the seed's own comments included)

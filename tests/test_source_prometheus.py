@@ -12,11 +12,11 @@ import json
 import math
 import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from prometheus_fixture import DAY, synthetic
+from shared_data import shared_path
 from source_http_fixture import start_server
 
 from adapter.errors import SourceError, ValidationError
@@ -179,7 +179,7 @@ def test_forecast_of_real_trace_is_plausible(prom):
     assert len(items) == 6 and items[0].start == now and 0 < items[0].end - now <= 1200
     assert all(i.end - i.start == 600 for i in items[1:])
     assert all(b.start == a.end for a, b in itertools.pairwise(items))
-    history = np.loadtxt(Path(__file__).resolve().parents[2] / "shared/data/traces/nab_aws_elb_request_count_8c0756_5min.csv",
+    history = np.loadtxt(shared_path("data/traces/nab_aws_elb_request_count_8c0756_5min.csv"),
                          delimiter=",", skiprows=1)[-1152:, 1]
     for item in items:
         # Plausible: inside the range the series has shown (with some room for the interval).
