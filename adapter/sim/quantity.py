@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation, localcontext
+from decimal import Decimal, InvalidOperation
+
+from adapter import quantity as _quantity
 
 MAX_INT64 = 2**63 - 1
 MAX_INT32 = 2**31 - 1
@@ -21,8 +23,9 @@ _QUANTITY = re.compile(
     r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?))")
 
 
-class QuantityError(ValueError):
-    """Text that Kubernetes' resource.ParseQuantity would also reject."""
+# One Quantity grammar for the project: parsing and MilliValue come from adapter.quantity; this module
+# adds what the simulator needs on top (YAML numbers, int64 clamping, AsApproximateFloat64).
+QuantityError = _quantity.QuantityError
 
 
 def _split(text: object) -> tuple[int, int, int, int]:
@@ -58,20 +61,26 @@ def _split(text: object) -> tuple[int, int, int, int]:
 
 def parse_quantity(text: object) -> Decimal:
     """The exact value of a Quantity ("10", "500m", "2k", "1.5Gi", "1e3"); YAML numbers are accepted."""
-    sign, unscaled, exp10, exp2 = _split(text)
-    with localcontext() as ctx:
-        ctx.prec = 200
-        value = Decimal(unscaled).scaleb(exp10) * (Decimal(2) ** exp2)
-    return value if sign > 0 else -value
+    if isinstance(text, bool):
+        raise QuantityError(f"invalid quantity {text!r}")
+    if isinstance(text, int):
+        return Decimal(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise QuantityError(f"invalid quantity {text!r}: not finite")
+        text = repr(text)  # a YAML number: its shortest repr is what the author wrote (12.5, 0.1)
+    if not isinstance(text, str):
+        raise QuantityError(f"invalid quantity {text!r}: expected a string such as \"10\", \"500m\" or \"2k\"")
+    return _quantity.parse_quantity(text)
 
 
 def milli_value(value: Decimal) -> int:
-    """`Quantity.MilliValue()`: value × 1000 rounded up away from zero, clamped to int64."""
-    with localcontext() as ctx:
-        ctx.prec = 200
-        scaled = value * 1000
-        rounded = scaled.to_integral_value(rounding=ROUND_CEILING if scaled >= 0 else ROUND_FLOOR)
-    return max(-MAX_INT64 - 1, min(MAX_INT64, int(rounded)))
+    """`Quantity.MilliValue()`: value × 1000 rounded up away from zero, clamped to int64 (a replay
+    value beyond int64 milli-units stands for "as large as the HPA can see")."""
+    try:
+        return _quantity.milli_value(value)
+    except QuantityError:
+        return MAX_INT64 if value > 0 else -MAX_INT64 - 1
 
 
 def to_milli(value: object) -> int:
