@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from adapter.resources import (
 from adapter.sources.base import SourceContext
 from adapter.sources.registry import config_parsers, create_source, source_class
 from adapter.sources.runner import SourceRunner
+from adapter.timefmt import rfc3339
 from adapter.timeline import ContributionArrays, TimelineSet, build_timelines
 
 log = logging.getLogger("prescaler.engine")
@@ -663,9 +663,7 @@ def _stale_message(metric: str, ns: str, resource: str, owner: str, runner: Sour
 
 
 def _rfc3339(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(int(ts), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if ts is None else rfc3339(ts)
 
 
 def _condition(kind: str, ok: bool | None, reason: str, message: str, generation: int) -> dict[str, Any]:

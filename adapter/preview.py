@@ -24,6 +24,7 @@ import numpy as np
 from adapter.durations import DurationError, parse_duration
 from adapter.engine import Engine
 from adapter.expressions import ExpressionError
+from adapter.timefmt import rfc3339
 
 MAX_STEPS = 10_000
 
@@ -97,8 +98,7 @@ def _contributions(engine: Engine, key: tuple[str, str, str], hold: float) -> li
     return out
 
 
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+_iso = rfc3339
 
 
 def parse_time(text: str | None, now: float) -> float:

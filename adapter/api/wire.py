@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from adapter.engine import TargetValue
 from adapter.quantity import format_milli
+from adapter.timefmt import rfc3339
 
 GROUP = "external.metrics.k8s.io"
 VERSION = "v1beta1"
@@ -55,7 +55,7 @@ def timestamp(now: float) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _timestamp(second: int) -> str:
-    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(second)
 
 
 def external_metric_value_list(metric: str, values: Iterable[TargetValue], now: float) -> bytes:

@@ -33,7 +33,6 @@ always writes: a single replica, or tests.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -43,6 +42,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from adapter import timefmt
 from adapter.resources import GROUP, VERSION
 from adapter.store.backoff import Backoff
 from adapter.store.kube import PLURALS
@@ -55,8 +55,7 @@ Desired = Mapping[Key, tuple[int, Mapping[str, Any]]]
 _UNKNOWN = object()
 
 
-def rfc3339_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+rfc3339_now = timefmt.rfc3339_now  # kept importable from here for callers of the writer
 
 
 def complete_status(generation: int, desired: Mapping[str, Any], current: Mapping[str, Any] | None,
