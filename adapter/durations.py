@@ -36,10 +36,7 @@ def parse_duration(value: object) -> float:
         text = text[1:]
     if text == "0":
         return 0.0
-    try:
-        return sign * float(text) if re.fullmatch(r"\d+(\.\d+)?", text) else sign * _parse_units(text, value)
-    except DurationError:
-        raise
+    return sign * float(text) if re.fullmatch(r"\d+(\.\d+)?", text) else sign * _parse_units(text, value)
 
 
 def _parse_units(text: str, original: str) -> float:

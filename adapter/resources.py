@@ -154,11 +154,12 @@ def read_string(obj: Mapping[str, Any], key: str, path: str, default: str | None
 
 
 def read_duration(obj: Mapping[str, Any], key: str, path: str, default: float,
-                  minimum: float = 0.0, maximum: float = 366 * 86400.0) -> float:
+                  minimum: float = 0.0, maximum: float = 366 * 86400.0,
+                  parser: Callable[[Any], float] = parse_duration) -> float:
     if key not in obj or obj[key] is None:
         return default
     try:
-        seconds = parse_duration(obj[key])
+        seconds = parser(obj[key])
     except DurationError as exc:
         raise ValidationError(_join(path, key), str(exc)) from None
     if seconds < minimum or seconds > maximum:

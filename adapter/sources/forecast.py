@@ -34,7 +34,7 @@ import numpy as np
 from adapter.durations import DurationError, parse_duration
 from adapter.errors import SourceError, ValidationError
 from adapter.items import MAX_ABS_VALUE, MAX_TIMESTAMP, Item
-from adapter.resources import expect_mapping, read_number, read_string, reject_unknown
+from adapter.resources import expect_mapping, read_duration, read_number, read_string, reject_unknown
 from adapter.sources.api import load_json
 from adapter.sources.base import CommonSourceSettings, Source, SourceContext
 from adapter.sources.http import (
@@ -97,13 +97,7 @@ def read_long_duration(obj: Mapping[str, Any], key: str, path: str, default: flo
                        minimum: float, maximum: float) -> float | None:
     if key not in obj or obj[key] is None:
         return default
-    try:
-        seconds = parse_long_duration(obj[key])
-    except DurationError as exc:
-        raise ValidationError(f"{path}.{key}", str(exc)) from None
-    if not minimum <= seconds <= maximum:
-        raise ValidationError(f"{path}.{key}", f"{obj[key]!r} must be between {minimum:g}s and {maximum:g}s")
-    return seconds
+    return read_duration(obj, key, path, 0.0, minimum, maximum, parser=parse_long_duration)
 
 
 # ---------------------------------------------------------------- configuration
