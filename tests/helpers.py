@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,6 +56,13 @@ async def fetch_all(engine: Engine) -> None:
 def client(engine: Engine) -> httpx.AsyncClient:
     app = PrescalerApp(engine)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://prescaler.test")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (for servers started as subprocesses)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run(coro: Any) -> Any:

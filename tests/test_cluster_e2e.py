@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.fakekube import FakeKube
-from tests.test_e2e_seed import free_port
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 V1 = "/apis/external.metrics.k8s.io/v1beta1"

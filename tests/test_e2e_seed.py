@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -18,15 +17,10 @@ import pytest
 import yaml
 
 from tests.announcer_server import Announcer
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
