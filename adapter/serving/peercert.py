@@ -22,8 +22,6 @@ certificate) and :mod:`adapter.auth.x509` (verification against the client / fro
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import ssl
 from typing import Any
 
@@ -86,12 +84,6 @@ class _PeerCertMixin:
     app: Any
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # Belt and braces for TCP_NODELAY (see adapter.serving.server._bind): responses go out as
-            # soon as they are written instead of waiting for the client's delayed ACK.
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)  # type: ignore[misc]
         tls = tls_extension(transport)
         if tls is not None:
