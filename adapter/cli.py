@@ -46,6 +46,8 @@ def _add_serve(sub: Any) -> None:
                             "objects come from YAML files (local mode); otherwise they are watched in the cluster.")
     parser.add_argument("--manifests", nargs="+", metavar="PATH", default=None,
                         help="YAML files or directories with VirtualMetric/VirtualMetricEvent objects (local mode)")
+    parser.add_argument("--max-manifest-bytes", type=_positive_int, default=8 * 1024 * 1024, metavar="BYTES",
+                        help="refuse a manifest file larger than this (default 8 MiB)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig for reading objects (default: in-cluster)")
     parser.add_argument("--allow-private-networks", action="store_true",
                         help="let sources reach link-local and cloud metadata addresses (refused by default)")
@@ -61,6 +63,13 @@ def _add_serve(sub: Any) -> None:
 
     add_auth_flags(parser, include_kubeconfig=False)  # --kubeconfig above serves both
     parser.set_defaults(func=run_serve)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, got {text}")
+    return value
 
 
 def _configure_logging(verbosity: int) -> None:
@@ -139,7 +148,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     engine = Engine(context)
     manifest_store: ManifestStore | None = None
     if args.manifests:
-        manifest_store = ManifestStore(engine, args.manifests)
+        manifest_store = ManifestStore(engine, args.manifests, max_file_bytes=args.max_manifest_bytes)
         context.secrets = manifest_store.resolve_secret
 
     kube: dict[str, Any] = {}
