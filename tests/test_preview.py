@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 import pytest
+import yaml
 
 from adapter.pipeline.preview import PreviewRequest, parse_time
 from tests.helpers import NOW, client, entry, loaded_engine, metric, run, schedule_event
