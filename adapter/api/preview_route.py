@@ -22,8 +22,12 @@ def install_preview_routes(api: Any, provider: MetricsProvider) -> None:
     async def preview_route(metric: str, namespace: str, resource: str, start: str | None = None,
                             duration: str = "2h", step: str = "1m") -> Response:
         try:
-            req = PreviewRequest(metric, namespace, resource, parse_time(start, provider.clock()),
-                                 parse_duration(duration), parse_duration(step))
+            try:
+                start_at = parse_time(start, provider.clock())
+            except ValueError as exc:
+                raise ValueError(f"start: {exc}") from None
+            req = PreviewRequest(metric, namespace, resource, start_at, parse_duration(duration),
+                                 parse_duration(step))
             req.check()
             doc = await asyncio.to_thread(provider.preview, req)
         except (ValueError, DurationError, OverflowError) as exc:
