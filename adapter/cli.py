@@ -139,12 +139,14 @@ def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = N
 def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """The whole server as an ASGI app (store -> engine -> API, auth in front) and the provider of
     client CAs for the TLS layer."""
+    from adapter import heap
     from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
     from adapter.sources.base import SourceContext
     from adapter.store.manifests import ManifestStore
 
     context = SourceContext(allow_private_networks=args.allow_private_networks)
+    heap.enable()  # a server's loaded objects live long: keep the GC from walking them (adapter.heap)
     engine = Engine(context)
     manifest_store: ManifestStore | None = None
     if args.manifests:

@@ -17,14 +17,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from adapter import heap
 from adapter import observability as obs
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
 from adapter.pipeline.contributions import Partition
+from adapter.pipeline.incremental import update_targets
 from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
-from adapter.pipeline.publish import EMPTY, Published, build_published
+from adapter.pipeline.publish import EMPTY, EventFeed, Published, build_published
 from adapter.pipeline.query import MetricNotFound, Outcome, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
 from adapter.resources import KIND_EVENT, KIND_METRIC
@@ -37,9 +39,11 @@ log = logging.getLogger("prescaler.engine")
 
 class Engine:
     def __init__(self, context: SourceContext | None = None, clock: Callable[[], float] = time.time,
-                 rebuild_delay: float = 0.05, start_sources: bool = True):
+                 rebuild_delay: float = 0.05, start_sources: bool = True, snapshot_delay: float = 0.005):
         self.context, self.clock = context or SourceContext(), clock
         self.rebuild_delay, self.start_sources = rebuild_delay, start_sources
+        # An item snapshot rebuilds only its targets (milliseconds), so it waits less to coalesce.
+        self.snapshot_delay = min(snapshot_delay, rebuild_delay)
         self.table = objects.ObjectTable(self.context)
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
         self.published: Published = EMPTY
@@ -51,6 +55,9 @@ class Engine:
         self._rebuild_handle: asyncio.TimerHandle | None = None
         self._rebuilding = False
         self._dirty: set[Partition] | None = None  # partitions to rebuild; None: everything
+        # Targets to rebuild one by one (item snapshots), and the events whose items changed.
+        self._dirty_targets: dict[Partition, set[str]] = {}
+        self._dirty_events: set[str] = set()
         self._changed = False
         self.status = StatusBoard(self.statuses)
         self._synced_kinds: set[str] = set()
@@ -131,7 +138,12 @@ class Engine:
                 state.runner.start()
         for event, count in change.dropped.items():
             obs.CONTRIBUTIONS_DROPPED.labels(event=event).inc(count)
-        if not change.empty:
+        if change.targets:
+            for partition, resources in change.targets.items():
+                self._dirty_targets.setdefault(partition, set()).update(resources)
+            self._dirty_events |= change.events
+            self._schedule_rebuild(set(), self.snapshot_delay)
+        elif not change.empty:
             self._schedule_rebuild(change.partitions)
 
     # ---------------------------------------------------------------- rebuild
@@ -156,11 +168,14 @@ class Engine:
         try:
             while self._changed:
                 dirty, self._dirty, self._changed = self._dirty, set(), False
+                targets, events = self._dirty_targets, self._dirty_events
+                self._dirty_targets, self._dirty_events = {}, set()
                 self.names = resolve_metric_names(self.metrics.values(), self.names)
                 started = time.perf_counter()
                 # The numpy work runs off the loop so queries keep being answered meanwhile.
-                self.published = await asyncio.to_thread(build_published, self.names.served, self.table.feeds(),
-                                                         self.clock(), self.published, dirty)
+                self.published = await asyncio.to_thread(_publish, self.names.served, self.table.feeds(),
+                                                         self.clock(), self.published, dirty, targets, events)
+                heap.after_publish()
                 obs.TIMELINE_REBUILDS.inc()
                 obs.TIMELINE_REBUILD_SECONDS.observe(time.perf_counter() - started)
                 obs.TIMELINE_KEYS.set(self.published.key_count())
@@ -196,4 +211,19 @@ class Engine:
 
     def preview(self, request: PreviewRequest) -> dict[str, Any] | MetricNotFound:
         return preview_document(self.published, self.events, request)
+
+
+def _publish(metrics: dict[str, Any], feeds: list[EventFeed], now: float, previous: Published,
+             dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
+    """The next snapshot: whole partitions where objects changed (or everything: `dirty` None), then
+    single targets where only items changed."""
+    if dirty is None:
+        return build_published(metrics, feeds, now)
+    published = build_published(metrics, feeds, now, previous, dirty) if dirty else previous
+    targets = {p: r for p, r in targets.items() if p not in dirty}
+    if targets:
+        published, fallback = update_targets(published, metrics, {f.name: f for f in feeds}, targets, events, now)
+        if fallback:
+            published = build_published(metrics, feeds, now, published, fallback)
+    return published
 

@@ -125,10 +125,15 @@ class Change:
     start: list[tuple[EventState, Source]] = field(default_factory=list)  # run a new source for the event
     stop: list[SourceRunner] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # event -> contributions dropped just now
+    # An item snapshot: only these targets (partition -> resources) of these events changed, so
+    # a key-level rebuild (adapter.pipeline.incremental) suffices; `partitions` is then empty.
+    targets: dict[Partition, set[str]] = field(default_factory=dict)
+    events: set[str] = field(default_factory=set)
 
     @property
     def empty(self) -> bool:
-        return self.partitions is not None and not self.partitions and not self.start and not self.stop
+        return (self.partitions is not None and not self.partitions and not self.start and not self.stop
+                and not self.targets)
 
 
 class ObjectTable:
@@ -211,8 +216,11 @@ class ObjectTable:
         state = self.events.get(name)
         if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
             return Change()  # most polls re-announce the same items
-        change = Change(state.partitions)
+        before = state.contributions.by_key.keys()
+        change = Change(set(), events={name})
         self.set_items(state, items, change)
+        for metric, namespace, resource in before | state.contributions.by_key.keys():
+            change.targets.setdefault((metric, namespace), set()).add(resource)
         return change
 
     @staticmethod

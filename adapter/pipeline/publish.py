@@ -43,10 +43,17 @@ class EventFeed:
 @dataclass(frozen=True)
 class Target:
     resource: str
-    key: int  # index in the partition's TimelineSet
+    key: int  # index in `timelines` (the partition's TimelineSet unless updated on its own)
     labels: Mapping[str, str]
     holders: tuple[SourceRunner, ...] = ()
     holder_names: tuple[str, ...] = ()
+    # The timelines this target's value is read from: a target updated by a key-level rebuild
+    # (adapter.pipeline.incremental) points at a small set of its own.
+    timelines: TimelineSet | None = None
+    sources: tuple[str, ...] = ()  # every event that names this target or contributes to it, by name
+
+    def timeline_set(self, partition: PartitionView) -> TimelineSet:
+        return self.timelines if self.timelines is not None else partition.timelines
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     index: dict[Key, int] = {}
     labels: list[dict[str, str]] = []
     holders: list[list[tuple[SourceRunner, str]]] = []
+    sources: list[list[str]] = []
     parts: list[ContributionArrays] = []
 
     def key_index(key: Key) -> int:
@@ -100,6 +108,7 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
             keys.append(key)
             labels.append({"resource": key[2]})
             holders.append([])
+            sources.append([])
         return k
 
     for event in events:
@@ -114,6 +123,7 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
             touched.add(k)
             parts.append(ContributionArrays(np.full(len(start), k, np.int64), start, end, value))
         for k in touched:
+            sources[k].append(event.name)
             for label, text in event.labels.items():
                 labels[k].setdefault(label, text)
             if event.holder is not None:
@@ -127,7 +137,8 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     grouped: dict[Partition, list[Target]] = {}
     for k, (metric, ns, resource) in enumerate(keys):
         grouped.setdefault((metric, ns), []).append(
-            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k])))
+            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k]),
+                   timelines, tuple(sources[k])))
     partitions: dict[Partition, PartitionView] = {}
     if reuse and previous is not None and wanted is not None:
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
