@@ -86,3 +86,51 @@ def test_serve_flag_parses_and_refuses_nonsense(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--max-manifest-bytes", "0"])
     assert "--max-manifest-bytes: must be a positive number of bytes" in capsys.readouterr().err
+
+
+ENTRY_VARIANTS: list[Any] = [
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": "n * 2"}},
+    {"name": "rps", "resource": {"namespace": "apps", "name": "a.b-c"}, "value": {"expression": "1"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": 5}},
+    {"name": "rps", "resource": {"nameFromLabel": "app", "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "r ps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "Svc", "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "", "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "Apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": ""}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": "  "}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expr": "n"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": None}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps", "x": 1}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": None, "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": "n"}, "extra": 1},
+    {"name": "rps", "resource": ["svc"], "value": {"expression": "n"}},
+    {"name": 7, "resource": {"name": "svc", "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "s" * 300, "namespace": "apps"}, "value": {"expression": "n"}},
+    {"name": "rps", "resource": {"name": "svc", "namespace": "apps"}, "value": "n"},
+    "rps",
+]
+
+
+@pytest.mark.parametrize("index", range(len(ENTRY_VARIANTS)))
+def test_bulk_entry_check_agrees_with_the_field_by_field_one(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapter import resources
+    from adapter.errors import ValidationError
+
+    def parse() -> Any:
+        try:
+            return resources._parse_metric_entries([ENTRY_VARIANTS[0], ENTRY_VARIANTS[index]])
+        except ValidationError as exc:
+            return f"error: {exc}"
+
+    fast = parse()
+    monkeypatch.setattr(resources, "_common_entry", lambda *args: None)
+    assert fast == parse()
+
+
+def test_bulk_entry_check_takes_the_common_shape() -> None:
+    from adapter import resources
+
+    assert resources._common_entry(ENTRY_VARIANTS[0], {}, {}) is not None
+    assert resources._common_entry(ENTRY_VARIANTS[3], {}, {}) is None  # nameFromLabel: the full path
