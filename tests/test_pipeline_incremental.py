@@ -61,7 +61,7 @@ def answers(published: Published) -> dict:
     """Everything a query can see: per target its labels, holders and values at many times."""
     out = {}
     for (m, ns), part in published.partitions.items():
-        assert [t.resource for t in part.targets] == sorted(part.by_resource)
+        assert [t.resource for t in part.targets] == sorted(part.by_resource) == list(part.resources)
         for target in part.targets:
             values = [query(published, m, ns, parse_selector(f"resource={target.resource}"), NOW + s)
                       for s in range(-120, 4000, 97)]

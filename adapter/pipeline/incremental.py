@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Collection, Mapping
-from operator import attrgetter
 
 import numpy as np
 
@@ -24,8 +23,6 @@ from adapter.pipeline.contributions import Partition
 from adapter.pipeline.publish import REBUILD_WORKERS, EventFeed, PartitionView, Published, Target
 from adapter.resources import VirtualMetric
 from adapter.timeline import ContributionArrays, build_timelines
-
-_RESOURCE = attrgetter("resource")
 
 
 def update_targets(previous: Published, metrics: Mapping[str, VirtualMetric], feeds: Mapping[str, EventFeed],
@@ -72,14 +69,20 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
         if names:
             touching[resource] = sorted(names)
     keys = [(metric_name, namespace, r) for r in touching]
-    parts = []
-    for k, (key, touched_by) in enumerate(zip(keys, touching.values())):
+    starts, ends, values, counts = [], [], [], []
+    for key, touched_by in zip(keys, touching.values()):
+        count = 0
         for name in touched_by:
             arrays = feeds[name].contributions.get(key)
-            if arrays is not None and len(arrays[0]):
-                start, end, value = arrays
-                parts.append(ContributionArrays(np.full(len(start), k, np.int64), start, end, value))
-    timelines = build_timelines(list(keys), [metric.policy], ContributionArrays.concat(parts),
+            if arrays is not None:
+                starts.append(arrays[0])
+                ends.append(arrays[1])
+                values.append(arrays[2])
+                count += len(arrays[0])
+        counts.append(count)
+    contributions = ContributionArrays(np.repeat(np.arange(len(keys), dtype=np.int64), counts),
+                                       *(np.concatenate(a) if a else np.empty(0) for a in (starts, ends, values)))
+    timelines = build_timelines(list(keys), [metric.policy], contributions,
                                 policy_index=np.zeros(len(keys), np.int64), workers=REBUILD_WORKERS)
     updated: dict[str, Target] = {}
     for k, (resource, touched_by) in enumerate(touching.items()):
@@ -98,12 +101,12 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
     removed = [r for r in resources if r not in updated and r in by_resource]
     for resource in removed:
         del by_resource[resource]
-    added = [r for r in updated if r not in view.by_resource]
-    if removed or added:
-        targets = tuple(sorted(by_resource.values(), key=_RESOURCE))
-    else:  # same targets: replace the changed ones in place (the tuple stays sorted)
-        listed = list(view.targets)
-        for resource, target in updated.items():
-            listed[bisect_left(listed, resource, key=_RESOURCE)] = target
-        targets = tuple(listed)
-    return PartitionView(view.timelines, targets, by_resource)
+    order = view.resources or tuple(t.resource for t in view.targets)
+    if removed or any(r not in view.by_resource for r in updated):
+        order = tuple(sorted(by_resource))
+        return PartitionView(view.timelines, tuple(by_resource[r] for r in order), by_resource, order)
+    # Same targets: replace the changed ones in place (the order stays).
+    listed = list(view.targets)
+    for resource, target in updated.items():
+        listed[bisect_left(order, resource)] = target
+    return PartitionView(view.timelines, tuple(listed), by_resource, order)

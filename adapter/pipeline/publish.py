@@ -63,6 +63,7 @@ class PartitionView:
     timelines: TimelineSet  # may be shared with partitions rebuilt at the same time
     targets: tuple[Target, ...]
     by_resource: Mapping[str, Target]
+    resources: tuple[str, ...] = ()  # the targets' names, in the same order (found by bisection)
 
 
 @dataclass(frozen=True)
@@ -144,5 +145,6 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
     for partition, targets in grouped.items():
         targets.sort(key=lambda t: t.resource)
-        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets})
+        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets},
+                                              tuple(t.resource for t in targets))
     return Published(dict(metrics), partitions, now)
