@@ -107,8 +107,9 @@ class Engine:
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
             names = {n for n in map(objects.name_of, docs) if n}
-            for doc in docs:
-                self._handle(self.table.apply(doc))
+            with heap.no_collection():  # a full list (the initial load) allocates in bulk
+                for doc in docs:
+                    self._handle(self.table.apply(doc))
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._handle(self.table.delete(kind, name))
             self._synced_kinds.add(kind)
@@ -217,6 +218,12 @@ def _publish(metrics: dict[str, Any], feeds: list[EventFeed], now: float, previo
              dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
     """The next snapshot: whole partitions where objects changed (or everything: `dirty` None), then
     single targets where only items changed."""
+    with heap.no_collection():
+        return _build(metrics, feeds, now, previous, dirty, targets, events)
+
+
+def _build(metrics: dict[str, Any], feeds: list[EventFeed], now: float, previous: Published,
+           dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
     if dirty is None:
         return build_published(metrics, feeds, now)
     published = build_published(metrics, feeds, now, previous, dirty) if dirty else previous

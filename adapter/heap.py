@@ -11,13 +11,17 @@ is per-request garbage. Objects freed by reference counting (almost everything: 
 reference cycles) are still freed when they die, frozen or not; what a freeze keeps is cyclic
 garbage that was alive at that moment. So once in a while (FULL_COLLECT_SECONDS) the permanent
 generation is thawed and collected completely: one pause, bounded in frequency, not one per rebuild.
+While a snapshot is built, automatic collection pauses (`no_collection`).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("prescaler.heap")
 
@@ -25,6 +29,9 @@ FULL_COLLECT_SECONDS = 900.0
 
 _enabled = False
 _last_full = time.monotonic()
+_pause_lock = threading.Lock()
+_pauses = 0
+_was_enabled = True
 
 
 def enable(enabled: bool = True) -> None:
@@ -53,6 +60,33 @@ def after_publish(clock: float | None = None) -> bool:
                   (time.perf_counter() - started) * 1000)
     gc.freeze()
     return full
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """No automatic collection while a snapshot (or the initial load) is built.
+
+    A build allocates hundreds of thousands of long-lived containers; each young collection then
+    promotes them and the old generation keeps growing past the point that triggers a full one, so
+    the collector walks the half-built snapshot again and again (measured: 2.4 of 4.3 s of a full
+    rebuild). What a build leaves is either published (and frozen after) or freed by reference
+    counting. Nests, and works across the loop thread and the build thread."""
+    global _pauses, _was_enabled
+    if not _enabled:
+        yield
+        return
+    with _pause_lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
 
 
 def frozen_objects() -> int:

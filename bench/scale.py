@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,7 +88,13 @@ def run_items_server(port: int) -> None:
             with lock:
                 state["inflight"] -= 1
 
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # clients that hang up (a stopped prescaler) are not news
+
+    Server(("127.0.0.1", port), Handler).serve_forever()
 
 
 def start_items_server() -> tuple[subprocess.Popen, int]:
@@ -175,45 +182,38 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(port: int, items_port: int, args: argparse.Namespace, pid: int) -> dict[str, dict[str, float]]:
-    url = f"https://127.0.0.1:{port}{value_path('svc-0')}"
-    set_mode(items_port, "steady")
-    wrk(url, 2, args.connections)  # warm-up
-    out = {"steady": wrk(url, args.duration, args.connections)}
-    set_mode(items_port, "changing")
-    time.sleep(min(args.interval, 5.0))  # every source has delivered a changed snapshot at least once
-    cpu0 = cpu_seconds(pid)
-    out["delivering"] = wrk(url, args.duration, args.connections)
-    out["delivering"]["cpu"] = cpu_seconds(pid) - cpu0
-    set_mode(items_port, "steady")
-    return out
-
-
-def run_bare(body: bytes, work: Path, args: argparse.Namespace) -> dict[str, float]:
+def start_bare(body: bytes, work: Path) -> tuple[subprocess.Popen, int]:
     body_file = work / "body.json"
     body_file.write_bytes(body)
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "serve.py"), "--bare", str(port), str(body_file)],
                             cwd=ROOT, stdout=(work / "bare.log").open("w"), stderr=subprocess.STDOUT)
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                httpx.get(f"https://127.0.0.1:{port}/", verify=False, timeout=2)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        url = f"https://127.0.0.1:{port}{value_path('svc-0')}"
-        wrk(url, 2, args.connections)
-        return wrk(url, args.duration, args.connections)
-    finally:
-        stop(proc)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            httpx.get(f"https://127.0.0.1:{port}/", verify=False, timeout=2)
+            return proc, port
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    stop(proc)
+    raise SystemExit("the bare app did not start")
+
+
+def load(port: int, args: argparse.Namespace) -> dict[str, float]:
+    url = f"https://127.0.0.1:{port}{value_path('svc-0')}"
+    wrk(url, 1, args.connections)  # warm-up: TLS sessions, caches
+    return wrk(url, args.duration, args.connections)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--targets", type=int, default=100_000)
-    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are reported)")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--interval", type=float, default=5.0, help="source poll interval in the bench")
     parser.add_argument("--items-server", type=int, help=argparse.SUPPRESS)
@@ -223,48 +223,75 @@ def main() -> None:
         return
     work = Path(tempfile.mkdtemp(prefix="prescaler-scale-"))
     items_proc, items_port = start_items_server()
-    rows: dict[str, dict[str, float]] = {}
+    procs: list[subprocess.Popen] = [items_proc]
+    ports: dict[str, int] = {}
     starts: dict[int, tuple[float, float]] = {}
-    body = b""
+    # rows[name] -> one result per round
+    rows: dict[str, list[dict[str, float]]] = {}
+    cpu_share: list[float] = []
     try:
         for targets in (10, args.targets):
             manifests = work / f"m{targets}"
             manifests.mkdir()
             write_manifests(manifests, targets, items_port, args.interval)
+            set_mode(items_port, "steady")
             proc, port, first, last = start_prescaler(manifests, work / f"serve{targets}.log", targets)
+            procs.append(proc)
+            large_proc = proc
+            ports[f"prescaler, {targets:,} targets"] = port
             starts[targets] = (first, last)
-            try:
+            if targets == 10:
                 body = httpx.get(f"https://127.0.0.1:{port}{value_path('svc-0')}", verify=False).content
-                for phase, result in measure(port, items_port, args, proc.pid).items():
-                    rows[f"{targets}/{phase}"] = result
-            finally:
-                stop(proc)
-        rows["bare"] = run_bare(body, work, args)
+                bare_proc, ports["bare"] = start_bare(body, work)
+                procs.append(bare_proc)
+        small, large = "prescaler, 10 targets", f"prescaler, {args.targets:,} targets"
+        for _ in range(args.rounds):
+            # Steady: every source delivered, polls find the same items. The three servers take turns.
+            set_mode(items_port, "steady")
+            time.sleep(args.interval + 1.0)  # the last changed snapshot is published
+            for name in ("bare", small, large):
+                rows.setdefault(f"{name}, steady", []).append(load(ports[name], args))
+            # Delivering: every poll of every source brings changed values.
+            set_mode(items_port, "changing")
+            time.sleep(args.interval + 1.0)
+            cpu0, wall0 = cpu_seconds(large_proc.pid), time.time()
+            rows.setdefault(f"{large}, delivering", []).append(load(ports[large], args))
+            cpu_share.append((cpu_seconds(large_proc.pid) - cpu0) / (time.time() - wall0))
     finally:
-        stop(items_proc)
+        for proc in reversed(procs):
+            stop(proc)
 
-    bare = rows["bare"]
-    print(f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {value_path('svc-0')}")
+    def summary(name: str) -> dict[str, float]:
+        runs = rows[name]
+        return {"rps": median([r["rps"] for r in runs]), "p50": median([r["p50"] for r in runs]),
+                "p99": max(r["p99"] for r in runs), "non2xx": sum(r["non2xx"] for r in runs)}
+
+    def ratio(name: str, reference: str) -> float:
+        """Median over rounds of time per request relative to `reference` in the same round."""
+        return median([ref["rps"] / r["rps"] for r, ref in zip(rows[name], rows[reference])])
+
+    print(f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {value_path('svc-0')}; "
+          f"{args.rounds} interleaved rounds: req/s and p50 medians, p99 worst")
     print(f"{args.targets:,} targets = {args.targets // PER_EVENT} VirtualMetricEvents x {PER_EVENT} targets, "
           f"one api source each polled every {args.interval:g}s, one namespace")
-    print(f"{'server':<44} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'x bare':>7} {'x 10':>6}")
-    print(f"{'bare ASGI (same uvicorn + TLS, same bytes)':<44} {bare['rps']:>8.0f} {bare['p50']:>7.2f} "
-          f"{bare['p99']:>7.2f} {1.0:>7.2f} {'':>6}")
-    for targets in (10, args.targets):
-        for phase in ("steady", "delivering"):
-            r = rows[f"{targets}/{phase}"]
-            small = rows[f"10/{phase}"]
-            print(f"{f'prescaler, {targets:,} targets, {phase}':<44} {r['rps']:>8.0f} {r['p50']:>7.2f} "
-                  f"{r['p99']:>7.2f} {bare['rps'] / r['rps']:>7.2f} {small['rps'] / r['rps']:>6.2f}"
-                  + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else ""))
+    print(f"{'server':<48} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'x bare':>7} {'x 10':>6}")
+    for name in ("bare, steady", f"{small}, steady", f"{large}, steady", f"{large}, delivering"):
+        r = summary(name)
+        label = "bare ASGI app (same uvicorn + TLS, same bytes)" if name.startswith("bare") else name
+        to_small = f"{ratio(name, small + ', steady'):>6.2f}" if not name.startswith("bare") else f"{'':>6}"
+        print(f"{label:<48} {r['rps']:>7.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} {ratio(name, 'bare, steady'):>7.2f} "
+              f"{to_small}" + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else ""))
     for targets, (first, last) in starts.items():
-        print(f"start with {targets:,} targets: first value {first:.1f} s, last target's value {last:.1f} s")
-    large = args.targets
-    print(f"goals: cost {large:,} vs 10 targets <= 1.2x: steady "
-          f"{rows['10/steady']['rps'] / rows[f'{large}/steady']['rps']:.2f}x, delivering "
-          f"{rows['10/delivering']['rps'] / rows[f'{large}/delivering']['rps']:.2f}x; p99 <= 10 ms: "
-          f"{max(rows[f'{t}/{p}']['p99'] for t in (10, large) for p in ('steady', 'delivering')):.2f} ms worst; "
-          f"first value <= 5 s: {starts[large][0]:.1f} s")
+        print(f"start with {targets:,} targets: first value served after {first:.1f} s, "
+              f"the last target's after {last:.1f} s")
+    print(f"CPU of the {args.targets:,}-target server while delivering (wrk included): "
+          f"{median(cpu_share) * 100:.0f}% of one core")
+    steady, delivering = ratio(f"{large}, steady", f"{small}, steady"), ratio(f"{large}, delivering",
+                                                                               f"{small}, steady")
+    worst_p99 = max(summary(n)["p99"] for n in rows if not n.startswith("bare"))
+    print(f"goals: {args.targets:,} vs 10 targets <= 1.2x: steady {steady:.2f}x, while delivering "
+          f"{delivering:.2f}x; p99 <= 10 ms: worst {worst_p99:.2f} ms; first value <= 5 s: "
+          f"{starts[args.targets][0]:.1f} s")
 
 
 if __name__ == "__main__":

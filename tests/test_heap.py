@@ -58,3 +58,16 @@ def test_replaced_snapshots_are_freed_although_frozen(enabled: None) -> None:
     # Each publish replaces 300 targets (and their labels, timelines, plans): were the old ones kept,
     # the frozen count would grow by thousands per round.
     assert counts[-1] - counts[3] < 2000, counts
+
+
+def test_no_collection_pauses_the_collector_and_nests(enabled: None) -> None:
+    assert gc.isenabled()
+    with heap.no_collection():
+        assert not gc.isenabled()
+        with heap.no_collection():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    heap.enable(False)
+    with heap.no_collection():  # disabled policy: the collector is left alone
+        assert gc.isenabled()

@@ -54,18 +54,22 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
                       feeds: Mapping[str, EventFeed], resources: list[str],
                       changed_events: Collection[str]) -> PartitionView:
     metric_name, namespace = partition
-    explicit = {name: {e.name for e in feeds[name].entries if e.partition == partition and e.name is not None}
-                for name in changed_events if name in feeds}
     # Which events touch each changed target now: the unchanged ones that did before, plus the
-    # changed ones that name it or contribute to it.
+    # changed ones that name it or contribute to it (found from their side: no scan per target).
+    changed_touch: dict[str, list[str]] = {}
+    for name in sorted(changed_events):
+        feed = feeds.get(name)
+        if feed is None:
+            continue
+        touched = {e.name for e in feed.entries if e.name is not None and e.partition == partition}
+        touched.update(r for m, ns, r in feed.contributions if m == metric_name and ns == namespace)
+        for resource in touched:
+            changed_touch.setdefault(resource, []).append(name)
     touching: dict[str, list[str]] = {}
     for resource in resources:
         old = view.by_resource.get(resource)
-        names: set[str] = {n for n in (old.sources if old is not None else ()) if n not in changed_events and n in feeds}
-        key = (metric_name, namespace, resource)
-        for name in explicit:
-            if resource in explicit[name] or key in feeds[name].contributions:
-                names.add(name)
+        names = [n for n in (old.sources if old is not None else ()) if n not in changed_events and n in feeds]
+        names.extend(changed_touch.get(resource, ()))
         if names:
             touching[resource] = sorted(names)
     keys = [(metric_name, namespace, r) for r in touching]
