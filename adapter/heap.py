@@ -85,8 +85,12 @@ def no_collection() -> Iterator[None]:
     finally:
         with _pause_lock:
             _pauses -= 1
-            if _pauses == 0 and _was_enabled:
-                gc.enable()
+            if _pauses == 0:
+                # What the build made is about to be published: straight to the permanent
+                # generation, or the first young collection would walk all of it.
+                gc.freeze()
+                if _was_enabled:
+                    gc.enable()
 
 
 def frozen_objects() -> int:

@@ -53,13 +53,25 @@ class EventState:
     items: list[Item] = field(default_factory=list)  # the last snapshot
     contributions: Contributions = field(default_factory=Contributions)
 
+    # Derived from `entries`, remembered per entries list: status refreshes ask for every event
+    # several times a second, and an event can have 1 000 entries.
+    _derived: tuple[object, frozenset[str], frozenset[Partition]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def _entries_summary(self) -> tuple[object, frozenset[str], frozenset[Partition]]:
+        derived = self._derived
+        if derived is None or derived[0] is not self.entries:
+            derived = self._derived = (self.entries, frozenset(e.metric for e in self.entries),
+                                       frozenset(e.partition for e in self.entries))
+        return derived
+
     @property
     def metric_names(self) -> frozenset[str]:
-        return frozenset(e.metric for e in self.entries)
+        return self._entries_summary()[1]
 
     @property
     def partitions(self) -> set[Partition]:
-        return {e.partition for e in self.entries}
+        return set(self._entries_summary()[2])
 
 
 def apply_metric(state: MetricState, doc: Mapping[str, Any]) -> bool:
