@@ -45,13 +45,13 @@ def update_targets(previous: Published, metrics: Mapping[str, VirtualMetric], fe
         if view is None:
             fallback.add(partition)
             continue
-        partitions[partition] = _update_partition(partition, view, metric, feeds, sorted(set(resources)),
+        partitions[partition] = _update_partition(partition, view, metric, feeds, set(resources),
                                                   changed_events)
     return Published(previous.metrics, partitions, now), fallback
 
 
 def _update_partition(partition: Partition, view: PartitionView, metric: VirtualMetric,
-                      feeds: Mapping[str, EventFeed], resources: list[str],
+                      feeds: Mapping[str, EventFeed], resources: set[str],
                       changed_events: Collection[str]) -> PartitionView:
     metric_name, namespace = partition
     # Which events touch each changed target now: the unchanged ones that did before, plus the
@@ -98,8 +98,11 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
                 labels.setdefault(label, text)
             if feed.holder is not None:
                 holders.append((feed.holder, name))
-        updated[resource] = Target(resource, k, labels, tuple(h for h, _ in holders), tuple(n for _, n in holders),
-                                   timelines, tuple(touched_by))
+        if holders:
+            updated[resource] = Target(resource, k, labels, tuple(h for h, _ in holders),
+                                       tuple(n for _, n in holders), timelines, tuple(touched_by))
+        else:
+            updated[resource] = Target(resource, k, labels, (), (), timelines, tuple(touched_by))
     by_resource = dict(view.by_resource)
     by_resource.update(updated)
     removed = [r for r in resources if r not in updated and r in by_resource]
