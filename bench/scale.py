@@ -47,9 +47,11 @@ def value_path(resource: str) -> str:
 # ---------------------------------------------------------------- the items server (own process)
 
 
-def run_items_server(port: int) -> None:
-    """GET /items/<k>: one item {n: base}; after POST /mode/changing, n changes on every request."""
+def run_items_server(port: int, change_every: int = 1) -> None:
+    """GET /items/<k>: one item {n: 10}; after POST /mode/changing, n changes on every
+    `change_every`-th request for the same k (so each source delivers a new snapshot that often)."""
     state = {"changing": False, "counter": 0, "inflight": 0, "max_inflight": 0}
+    per_path: dict[str, int] = {}
     log: list[float] = []
     lock = threading.Lock()
     now = int(time.time())
@@ -81,8 +83,10 @@ def run_items_server(port: int) -> None:
                 state["inflight"] += 1
                 state["max_inflight"] = max(state["max_inflight"], state["inflight"])
                 log.append(time.time())
-                state["counter"] += 1
-                n = 10 + (state["counter"] % 7 if state["changing"] else 0)
+                seen = per_path[self.path] = per_path.get(self.path, 0) + 1
+                # Offset by the source's number: the sources change on different polls, not all at once.
+                offset = int(self.path.rsplit("/", 1)[-1]) if self.path.rsplit("/", 1)[-1].isdigit() else 0
+                n = 10 + (((seen + offset) // change_every) % 7 if state["changing"] else 0)
             body = json.dumps({"items": [{"start": now - 60, "end": now + 86400, "values": {"n": n}}]}).encode()
             self._send(body)
             with lock:
@@ -97,9 +101,10 @@ def run_items_server(port: int) -> None:
     Server(("127.0.0.1", port), Handler).serve_forever()
 
 
-def start_items_server() -> tuple[subprocess.Popen, int]:
+def start_items_server(change_every: int = 1) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--items-server", str(port)])
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--items-server", str(port),
+                             "--change-every", str(change_every)])
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -209,6 +214,53 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def write_polling_manifests(directory: Path, sources: int, items_port: int, interval: float) -> None:
+    """`sources` VirtualMetricEvents, one api source and one target each (the polling load alone)."""
+    docs: list[dict] = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
+                         "metadata": {"name": "rps"}, "spec": {"name": "rps", "defaultValue": 0}}]
+    docs += [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": f"poll-{k}"},
+              "spec": {"source": {"api": {"url": f"http://127.0.0.1:{items_port}/items/{k}"},
+                                  "interval": f"{interval:g}s"},
+                       "metrics": [{"name": "rps", "resource": {"name": f"svc-{k}", "namespace": NAMESPACE},
+                                    "value": {"expression": "n"}}]}} for k in range(sources)]
+    (directory / "objects.yaml").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+
+
+def bench_polling(args: argparse.Namespace) -> None:
+    """Many sources: how polls spread over the interval, how many run at once, and the CPU they cost."""
+    work = Path(tempfile.mkdtemp(prefix="prescaler-polling-"))
+    items_proc, items_port = start_items_server()
+    manifests = work / "m"
+    manifests.mkdir()
+    write_polling_manifests(manifests, args.sources, items_port, args.poll_interval)
+    try:
+        started = time.time()
+        proc, _, _, _ = start_prescaler(manifests, work / "serve.log", args.sources)
+        # Skip the first interval (every source's first fetch), then watch two whole intervals.
+        time.sleep(max(0.0, started + args.poll_interval + 2 - time.time()))
+        cpu0, wall0 = cpu_seconds(proc.pid), time.time()
+        time.sleep(2 * args.poll_interval)
+        cpu, wall = cpu_seconds(proc.pid) - cpu0, time.time() - wall0
+        stats = httpx.get(f"http://127.0.0.1:{items_port}/stats", timeout=10).json()
+        stop(proc)
+    finally:
+        stop(items_proc)
+    times = [t for t in stats["requests"] if t >= started]
+    first_seconds = [t - started for t in times]
+    window = [t for t in times if wall0 <= t < wall0 + wall]
+    per_second: dict[int, int] = {}
+    for t in window:
+        per_second[int(t - wall0)] = per_second.get(int(t - wall0), 0) + 1
+    mean = len(window) / wall
+    busiest = max(per_second.values()) if per_second else 0
+    first_fetches = sorted(first_seconds)[:args.sources]
+    print(f"polling: {args.sources:,} VirtualMetricEvents, api sources every {args.poll_interval:g}s, local HTTP server")
+    print(f"  first fetches after start: from {first_fetches[0]:.1f} s to {first_fetches[-1]:.1f} s")
+    print(f"  steady polls over {wall:.0f} s: {len(window)} requests, mean {mean:.1f}/s, busiest second {busiest} "
+          f"({busiest / mean if mean else 0:.1f}x the mean); most requests in flight at once: {stats['max_inflight']}")
+    print(f"  CPU spent by prescaler (polling only, no queries): {cpu / wall * 100:.1f}% of one core")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--targets", type=int, default=100_000)
@@ -216,13 +268,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are reported)")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--interval", type=float, default=5.0, help="source poll interval in the bench")
+    parser.add_argument("--sources", type=int, default=1000, help="VirtualMetricEvents in the polling bench")
+    parser.add_argument("--poll-interval", type=float, default=30.0, help="source interval in the polling bench")
+    parser.add_argument("--only", choices=("serving", "polling"), help="run one part")
+    parser.add_argument("--change-every", type=int, default=6,
+                        help="while delivering, a source's items change on every N-th poll (6 with 5s polls: "
+                             "one new snapshot per source every 30 s, as when 100 sources first deliver)")
     parser.add_argument("--items-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.items_server:
-        run_items_server(args.items_server)
+        run_items_server(args.items_server, args.change_every)
+        return
+    if args.only != "serving":
+        bench_polling(args)
+    if args.only == "polling":
         return
     work = Path(tempfile.mkdtemp(prefix="prescaler-scale-"))
-    items_proc, items_port = start_items_server()
+    items_proc, items_port = start_items_server(args.change_every)
     procs: list[subprocess.Popen] = [items_proc]
     ports: dict[str, int] = {}
     starts: dict[int, tuple[float, float]] = {}
@@ -253,7 +315,7 @@ def main() -> None:
                 rows.setdefault(f"{name}, steady", []).append(load(ports[name], args))
             # Delivering: every poll of every source brings changed values.
             set_mode(items_port, "changing")
-            time.sleep(args.interval + 1.0)
+            time.sleep(args.interval + 1.0)  # past the switch (every source changes once then)
             cpu0, wall0 = cpu_seconds(large_proc.pid), time.time()
             rows.setdefault(f"{large}, delivering", []).append(load(ports[large], args))
             cpu_share.append((cpu_seconds(large_proc.pid) - cpu0) / (time.time() - wall0))
@@ -273,7 +335,9 @@ def main() -> None:
     print(f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {value_path('svc-0')}; "
           f"{args.rounds} interleaved rounds: req/s and p50 medians, p99 worst")
     print(f"{args.targets:,} targets = {args.targets // PER_EVENT} VirtualMetricEvents x {PER_EVENT} targets, "
-          f"one api source each polled every {args.interval:g}s, one namespace")
+          f"one api source each polled every {args.interval:g}s, one namespace; while delivering, "
+          f"{args.targets / PER_EVENT / args.interval / args.change_every:.1f} new snapshots/s "
+          f"({PER_EVENT:,} targets each)")
     print(f"{'server':<48} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'x bare':>7} {'x 10':>6}")
     for name in ("bare, steady", f"{small}, steady", f"{large}, steady", f"{large}, delivering"):
         r = summary(name)
