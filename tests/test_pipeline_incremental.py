@@ -171,3 +171,27 @@ def test_chunks_split_targets_without_losing_any() -> None:
             assert not merged.get(partition, set()) & resources
             merged.setdefault(partition, set()).update(resources)
     assert merged == targets and _chunks({}, 10) == [{}]
+
+
+def test_layered_targets_behave_like_the_dict_they_stand_for() -> None:
+    from adapter.pipeline.incremental import LayeredTargets
+    from adapter.pipeline.publish import Target
+
+    def t(name: str, key: int = 0) -> Target:
+        return Target(name, key, {"resource": name})
+
+    rng = random.Random(5)
+    names = [f"r{i}" for i in range(3000)]
+    expected = {n: t(n) for n in names[:2000]}
+    layered: object = dict(expected)
+    for step in range(40):
+        changed = {n: t(n, step) for n in rng.sample(names, 60)}
+        removed = {n for n in rng.sample(names, 20) if n not in changed}
+        layered = LayeredTargets.on(layered, changed, removed)  # type: ignore[arg-type]
+        expected.update(changed)
+        for n in removed:
+            expected.pop(n, None)
+        assert dict(layered) == expected and len(layered) == len(expected)  # type: ignore[call-overload, arg-type]
+        probe = rng.choice(names)
+        assert (probe in layered) == (probe in expected)  # type: ignore[operator]
+        assert layered.get(probe) == expected.get(probe)  # type: ignore[attr-defined]

@@ -59,14 +59,27 @@ class Target(NamedTuple):
         return self.timelines if self.timelines is not None else partition.timelines
 
 
-@dataclass(frozen=True)
 class PartitionView:
-    """The targets of one (metric, namespace), sorted by resource name."""
+    """The targets of one (metric, namespace), by resource name and sorted by it (immutable).
 
-    timelines: TimelineSet  # may be shared with partitions rebuilt at the same time
-    targets: tuple[Target, ...]
-    by_resource: Mapping[str, Target]
-    resources: tuple[str, ...] = ()  # the targets' names, in the same order (found by bisection)
+    `targets` is made on first use when not given: the HPA's query looks up `by_resource`, and a
+    snapshot of one source must not pay for listing 100 000 targets it did not change."""
+
+    __slots__ = ("timelines", "by_resource", "resources", "_targets")
+
+    def __init__(self, timelines: TimelineSet, targets: tuple[Target, ...] | None,
+                 by_resource: Mapping[str, Target], resources: tuple[str, ...] | None = None):
+        self.timelines = timelines  # may be shared with partitions rebuilt at the same time
+        self.by_resource = by_resource
+        # The targets' names, sorted (the order of `targets`).
+        self.resources = resources if resources is not None else tuple(sorted(by_resource))
+        self._targets = targets
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        if self._targets is None:
+            self._targets = tuple(self.by_resource[r] for r in self.resources)
+        return self._targets
 
 
 @dataclass(frozen=True)
@@ -78,10 +91,10 @@ class Published:
     built_at: float = 0.0
 
     def target_count(self, metric: str) -> int:
-        return sum(len(p.targets) for (m, _), p in self.partitions.items() if m == metric)
+        return sum(len(p.by_resource) for (m, _), p in self.partitions.items() if m == metric)
 
     def key_count(self) -> int:
-        return sum(len(p.targets) for p in self.partitions.values())
+        return sum(len(p.by_resource) for p in self.partitions.values())
 
 
 EMPTY = Published()
