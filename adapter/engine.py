@@ -85,8 +85,7 @@ class Engine:
         self.status.listen(callback)
 
     @property
-    def busy(self) -> bool:
-        """A change is waiting to be published."""
+    def busy(self) -> bool:  # a change is waiting to be published
         return self._changed or self._rebuilding or self._rebuild_handle is not None or bool(self._pending)
 
     # ---------------------------------------------------------------- ObjectSink (thread-safe)
@@ -131,8 +130,10 @@ class Engine:
                 state.runner.start()
         for event, count in change.dropped.items():
             obs.CONTRIBUTIONS_DROPPED.labels(event=event).inc(count)
-        if not change.empty:
+        if change.rebuild:
             self._schedule_rebuild(change.partitions)
+        elif change.changed:
+            self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
 
     # ---------------------------------------------------------------- rebuild
 
@@ -145,8 +146,7 @@ class Engine:
 
     def _start_rebuild(self) -> None:
         self._rebuild_handle = None
-        assert self._loop is not None
-        self._loop.create_task(self.rebuild_now())
+        asyncio.get_running_loop().create_task(self.rebuild_now())
 
     async def rebuild_now(self) -> None:
         """Publish every pending change (coalesces concurrent requests)."""
@@ -195,5 +195,5 @@ class Engine:
         return self.published
 
     def preview(self, request: PreviewRequest) -> dict[str, Any] | MetricNotFound:
-        return preview_document(self.published, self.events, request)
+        return preview_document(self.published, dict(self.events), request)  # may run off the loop
 
