@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from .io import SeriesError, read_series
 EXIT_BAD_INPUT = 2
 
 
-def add_parsers(subparsers) -> None:
+def add_parsers(subparsers: Any) -> None:
     fc = subparsers.add_parser(
         "forecast", help="forecast a timestamp,value CSV",
         description="Read a timestamp,value CSV history and print timestamp,forecast,lower,upper "

@@ -88,7 +88,7 @@ def plot_result(result: SimulationResult, path: Path, window: PlotWindow | None 
         load_ax.set_ylabel(f"load [{unit}]")
         load_ax.set_ylim(bottom=0)
         replica_ax = load_ax.twinx()
-        replica_style = {"lw": 0.9, "ls": "--", "alpha": 0.8}
+        replica_style: dict[str, Any] = {"lw": 0.9, "ls": "--", "alpha": 0.8}
     else:  # replay: no demand to compare with, replicas are the whole story
         replica_ax = load_ax
         replica_style = {"lw": 1.3}
