@@ -549,6 +549,7 @@ class Engine:
         status: dict[str, Any] = {"observedGeneration": state.generation}
         if state.metric is not None and state.error is None:
             metric = state.metric.metric_name
+            status["metricName"] = metric  # the CRD's Metric column: spec.name may have defaulted
             status["targets"] = sum(len(t) for (m, _), t in self.published.targets.items() if m == metric)
             status["conditions"] = [_condition("Ready", True, "Valid", "metric is served", state.generation)]
         else:
