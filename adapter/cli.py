@@ -120,6 +120,9 @@ def _add_serve(sub: Any) -> None:
     parser.add_argument("--allow-private-networks", action="store_true", help=COMMON_HELP["allow_private_networks"])
     parser.add_argument("--write-kubeconfig", metavar="PATH", default=None,
                         help="write a kubeconfig for this server (local mode convenience: kubectl --kubeconfig PATH)")
+    parser.add_argument("--metrics-max-served-targets", type=int, default=500, metavar="N",
+                        help="prescaler_served_value keeps the N targets HPAs queried most recently (bounds "
+                             "its series)")
     parser.add_argument("--status-namespace", default=os.environ.get("POD_NAMESPACE", "prescaler"),
                         help="namespace of the Lease that elects the status writer")
     from adapter.serving.server import add_serving_flags
@@ -209,11 +212,15 @@ def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = N
 def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """The whole server as an ASGI app (store -> engine -> API, auth in front) and the provider of
     client CAs for the TLS layer."""
+    from adapter import observability
     from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
     from adapter.sources.base import SourceContext
     from adapter.store.manifests import ManifestStore
+    from adapter.version import git_commit
 
+    observability.set_build_info(__version__, git_commit())
+    observability.SERVED.resize(args.metrics_max_served_targets)  # ValueError: a usage error
     context = SourceContext(allow_private_networks=args.allow_private_networks)
     engine = Engine(context)
     manifest_store: ManifestStore | None = None

@@ -320,6 +320,7 @@ class Engine:
             if state is None:
                 return
             log.info("deleted VirtualMetricEvent %s", name)
+            obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
             if state.runner is not None and self._loop is not None:
                 self._loop.create_task(state.runner.stop())
         self._schedule_rebuild()
@@ -385,7 +386,7 @@ class Engine:
         }
         state.dropped, state.drop_reasons = dropped, reasons
         if dropped:
-            obs.CONTRIBUTIONS_DROPPED.labels(event=state.name).inc(dropped)
+            obs.record_expression_failures(state.name, dropped)
             log.warning("VirtualMetricEvent %s: dropped %d contribution(s): %s", state.name, dropped,
                         "; ".join(reasons))
 

@@ -91,7 +91,9 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
-        return "value", await self._value(scope, send, parts[1], parts[2])
+        code = await self._value(scope, send, parts[1], parts[2])
+        obs.record_query(parts[2], code, parts[2] in self.engine.published.metrics)
+        return "value", code
 
     async def _discovery(self, send: Send, method: str, body: bytes) -> int:
         if method not in ("GET", "HEAD"):
@@ -142,6 +144,8 @@ class PrescalerApp:
             # 503 (stale, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
             return (result.error_code, wire.status(result.error_code, "ServiceUnavailable", result.error_message),
                     math.inf)
+        for target in result.values:  # what the HPA now sees, for dashboards (bounded LRU)
+            obs.record_served(metric, target.namespace, target.name, target.value)
         return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
 
 
