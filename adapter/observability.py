@@ -7,8 +7,10 @@ when tests build several apps in one process).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections import OrderedDict
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -106,18 +108,22 @@ class ServedValues:
     def __init__(self, gauge: Gauge, max_targets: int = DEFAULT_MAX_SERVED_TARGETS) -> None:
         self.gauge = gauge
         self.max_targets = max_targets
-        self._recent: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        # key -> the gauge's child for it (resolving a labelled child is the expensive part)
+        self._recent: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     def record(self, metric: str, namespace: str, resource: str, value: float) -> None:
         key = (metric, namespace, resource)
+        evicted = []
         with self._lock:
-            self._recent[key] = None
-            self._recent.move_to_end(key)
-            evicted = []
-            while len(self._recent) > self.max_targets:
-                evicted.append(self._recent.popitem(last=False)[0])
-        self.gauge.labels(*key).set(value)
+            child = self._recent.get(key)
+            if child is None:
+                child = self._recent[key] = self.gauge.labels(*key)
+                while len(self._recent) > self.max_targets:
+                    evicted.append(self._recent.popitem(last=False)[0])
+            else:
+                self._recent.move_to_end(key)
+        child.set(value)
         for old in evicted:
             with contextlib.suppress(KeyError):
                 self.gauge.remove(*old)
@@ -148,7 +154,13 @@ def record_expression_failures(event: str, count: int = 1) -> None:
 
 
 def record_query(metric: str, code: int, known_metric: bool) -> None:
-    QUERIES.labels(metric=metric if known_metric else UNKNOWN_METRIC, code=str(code)).inc()
+    _query_child(metric if known_metric else UNKNOWN_METRIC, code).inc()
+
+
+@functools.lru_cache(maxsize=1024)
+def _query_child(metric: str, code: int) -> Any:
+    # On the hot path: resolving a labelled child costs a lock and a dict build; few combinations exist.
+    return QUERIES.labels(metric=metric, code=str(code))
 
 
 def record_served(metric: str, namespace: str, resource: str, value: float) -> None:
