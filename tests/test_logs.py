@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from adapter import logs
+from tests.logging_state import preserved_logging
 from tests.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,11 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    saved = (root.level, list(root.handlers))
-    yield
-    root.setLevel(saved[0])
-    root.handlers[:] = saved[1]
+    with preserved_logging():
+        yield
 
 
 def emit_everything() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,15 @@ import pytest
 import yaml
 
 from adapter.cli import main
+from tests.logging_state import preserved_logging
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _logging_untouched() -> Iterator[None]:
+    with preserved_logging():  # main() configures logging for the command it runs
+        yield
 
 VM: dict[str, Any] = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
                       "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"}}
