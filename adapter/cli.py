@@ -60,6 +60,9 @@ def _add_serve(sub: Any) -> None:
     from adapter.auth.factory import add_auth_flags
 
     add_auth_flags(parser, include_kubeconfig=False)  # --kubeconfig above serves both
+    from adapter.upstream import add_upstream_flags
+
+    add_upstream_flags(parser)
     parser.set_defaults(func=run_serve)
 
 
@@ -143,10 +146,16 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         context.secrets = manifest_store.resolve_secret
 
     kube: dict[str, Any] = {}
+    from adapter.upstream import Passthrough, config_from_args
+
+    upstream_config = config_from_args(args)
+    upstream = Passthrough(upstream_config, own_names=engine.metric_names) if upstream_config else None
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
         await engine.start()
+        if upstream is not None:
+            await upstream.start()
         if manifest_store is not None:
             manifest_store.start()
             log.info("local mode: serving objects from %s", ", ".join(args.manifests))
@@ -160,12 +169,14 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
             for stopper in kube.get("stoppers", []):
                 with contextlib.suppress(Exception):
                     stopper()
+            if upstream is not None:
+                await upstream.stop()
             await engine.stop()
 
     from adapter.auth.factory import build_auth
     from adapter.auth.middleware import AuthMiddleware
 
-    app = PrescalerApp(engine, lifespan=lifespan)
+    app = PrescalerApp(engine, lifespan=lifespan, upstream=upstream)
     authenticator, authorizer, client_cas = build_auth(args)
     return AuthMiddleware(app, authenticator, authorizer), client_cas
 

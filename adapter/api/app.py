@@ -28,6 +28,7 @@ from adapter.api import openapi, wire
 from adapter.engine import Engine
 from adapter.labels import SelectorError, parse_query_selector
 from adapter.preview import install_preview_routes
+from adapter.upstream import Passthrough
 from adapter.version import version_info
 
 log = logging.getLogger("prescaler.api")
@@ -51,8 +52,10 @@ class PrescalerApp:
     """The ASGI application: the hot /apis path in front of a FastAPI app for everything else."""
 
     def __init__(self, engine: Engine, lifespan: Callable[[], Any] | None = None,
-                 ready: Callable[[], bool] | None = None):
+                 ready: Callable[[], bool] | None = None, upstream: Passthrough | None = None):
         self.engine = engine
+        self.upstream = upstream  # metrics prescaler does not define go there (adapter/upstream)
+        self._own_names: tuple[Any, frozenset[str]] = (None, frozenset())
         self._ready = ready or (lambda: engine.synced)
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
         # (namespace, metric, query) -> (published snapshot, valid until, status code, body)
@@ -91,6 +94,10 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
+        if self.upstream is not None and not self._is_own_metric(parts[2]):
+            answer = await self.upstream.forward(method, scope.get("raw_path") or path, scope.get("query_string", b""))
+            await _respond(send, answer.code, answer.body, [(b"content-type", answer.content_type.encode("latin-1"))])
+            return "upstream", answer.code
         return "value", await self._value(scope, send, parts[1], parts[2])
 
     async def _discovery(self, send: Send, method: str, body: bytes) -> int:
@@ -100,8 +107,16 @@ class PrescalerApp:
         await _respond(send, 200, body, _JSON)
         return 200
 
+    def _is_own_metric(self, metric: str) -> bool:
+        published = self.engine.published
+        if self._own_names[0] is not published:
+            self._own_names = (published, frozenset(self.engine.metric_names()))
+        return metric in self._own_names[1]
+
     def _resource_list(self) -> bytes:
         names = tuple(self.engine.metric_names())
+        if self.upstream is not None:
+            names = self.upstream.merged_names(names)  # cached upstream names, never a live call
         cached_names, body = self._resource_list_cache
         if names != cached_names:
             body = wire.api_resource_list(names)
