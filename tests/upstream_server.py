@@ -17,6 +17,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -38,7 +39,7 @@ def status(code: int, reason: str, message: str) -> bytes:
 
 class UpstreamServer:
     def __init__(self, pki: Any, names: list[str] | None = None, *, client_ca_file: str | None = None,
-                 tokens: set[str] | None = None, max_hang: float = 20.0):
+                 tokens: set[str] | None = None, max_hang: float = 20.0, pki_dir: Path | None = None):
         self.names = list(names or ["keda-metric"])
         self.mode = "ok"
         self.tokens = set(tokens or {TOKEN})
@@ -52,7 +53,10 @@ class UpstreamServer:
         self.max_in_flight = 0
         self.connections = 0
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(str(pki.serving_cert_file), str(pki.serving_key_file))
+        if pki_dir is not None:  # the files of a TestPKI made in another process
+            ctx.load_cert_chain(str(pki_dir / "tls.crt"), str(pki_dir / "tls.key"))
+        else:
+            ctx.load_cert_chain(str(pki.serving_cert_file), str(pki.serving_key_file))
         if client_ca_file:
             ctx.verify_mode = ssl.CERT_REQUIRED
             ctx.load_verify_locations(client_ca_file)
@@ -74,6 +78,8 @@ class UpstreamServer:
 
             def get_request(self) -> Any:
                 sock, addr = super().get_request()
+                # Headers and body go out in two writes; without this, Nagle + delayed ACK add 40 ms.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 wrapped = owner._ssl.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
                 with owner._lock:
                     owner.connections += 1
