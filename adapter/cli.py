@@ -1,4 +1,4 @@
-"""`prescaler` command line: serve, certs, forecast, backtest, simulate, preview, demo-announcer."""
+"""`prescaler` command line: serve, certs, forecast, backtest, simulate, preview, demo-announcer, migrate."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ _SUBCOMMAND_MODULES = (
     "adapter.sim.cli",
     "adapter.preview",
     "adapter.demo.announcer",
+    "adapter.migrate",
 )
 
 
@@ -144,6 +145,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.manifests:
         manifest_store = ManifestStore(engine, args.manifests)
         context.secrets = manifest_store.resolve_secret
+        from adapter.store.hpp_local import LocalHPPChecker
+
+        manifest_store.on_documents = LocalHPPChecker().update  # HPPs checked against the HPAs in the files
 
     kube: dict[str, Any] = {}
     from adapter.upstream import Passthrough, config_from_args
@@ -208,7 +212,11 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
     writer = StatusWriter(api_client, engine.desired_status, elector=elector)
     engine.on_status_change(writer.notify)
     writer.start()
-    return {"stoppers": [writer.stop, store.stop], "store": store}
+    from adapter.store.hpp_kube import HPPStatusController
+
+    hpp_status = HPPStatusController(api_client, is_leader=lambda: elector.is_leader)  # reads HPAs, never writes
+    hpp_status.start()
+    return {"stoppers": [writer.stop, store.stop, hpp_status.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
