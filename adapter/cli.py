@@ -164,7 +164,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
             manifest_store.start()
             log.info("local mode: serving objects from %s", ", ".join(args.manifests))
         else:
-            kube.update(_start_kube(args, engine, context))
+            kube.update(_start_kube(args, engine, context, upstream))
         try:
             yield
         finally:
@@ -185,7 +185,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     return AuthMiddleware(app, authenticator, authorizer), client_cas
 
 
-def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str, Any]:
+def _start_kube(args: argparse.Namespace, engine: Any, context: Any, upstream: Any = None) -> dict[str, Any]:
     """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
     import base64
 
@@ -209,8 +209,16 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
-    writer = StatusWriter(api_client, engine.desired_status, elector=elector)
+    desired = engine.desired_status
+    if upstream is not None:  # VirtualMetrics that shadow an upstream metric say so (ShadowsUpstream)
+        from adapter.upstream.status import with_shadow_conditions
+
+        desired = with_shadow_conditions(desired, upstream, lambda: {
+            vm.name: vm.metric_name for vm in engine.published.metrics.values()})
+    writer = StatusWriter(api_client, desired, elector=elector)
     engine.on_status_change(writer.notify)
+    if upstream is not None:
+        upstream.on_shadowed_change = writer.notify
     writer.start()
     from adapter.store.hpp_kube import HPPStatusController
 

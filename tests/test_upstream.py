@@ -274,3 +274,30 @@ async def _wait_until(predicate: Any, timeout: float = 10.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.01)
+
+
+def test_shadowing_virtual_metric_gets_a_status_condition(pki, upstream, tmp_path) -> None:
+    from adapter.upstream.status import CONDITION, with_shadow_conditions
+
+    notified: list[bool] = []
+
+    async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
+        p.on_shadowed_change = lambda: notified.append(True)
+        desired = {("VirtualMetric", "requests"): (2, {"conditions": [{"type": "Ready", "status": "True"}]}),
+                   ("VirtualMetric", "other"): (1, {"conditions": []}),
+                   ("VirtualMetricEvent", "rps"): (1, {"conditions": []})}
+        combined = with_shadow_conditions(lambda: desired, p, lambda: {"requests": "rps", "other": "other"})
+        assert combined() == desired  # nothing known about the upstream yet
+        await p.refresh_discovery()
+        status = combined()
+        conditions = status[("VirtualMetric", "requests")][1]["conditions"]
+        assert [c["type"] for c in conditions] == ["Ready", CONDITION]
+        assert conditions[1]["status"] == "True" and "rps" in conditions[1]["message"]
+        assert status[("VirtualMetric", "other")] == desired[("VirtualMetric", "other")]
+        assert status[("VirtualMetricEvent", "rps")] == desired[("VirtualMetricEvent", "rps")]
+        assert notified == [True]
+        upstream.names = ["keda-metric"]  # the upstream drops rps: the condition goes away
+        await p.refresh_discovery()
+        assert combined() == desired and notified == [True, True]
+
+    run(scenario(Passthrough(config(pki, upstream.url, tmp_path), own_names=lambda: ["rps", "other"]), body))

@@ -107,6 +107,7 @@ class Passthrough:
         self._shadowed: frozenset[str] = frozenset()
         self._reported_shadowed: set[str] = set()
         self._merged: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] = ((), (), ())
+        self.on_shadowed_change: Callable[[], None] | None = None  # e.g. the status writer's notify
         self.discovery_refreshes = 0      # successful refreshes (tests, logs)
         self.last_discovery_error: str | None = None
         if config.insecure_skip_verify:
@@ -258,7 +259,10 @@ class Passthrough:
         return self._shadowed
 
     def _note_shadowed(self, shadowed: frozenset[str]) -> None:
+        changed = shadowed != self._shadowed
         self._shadowed = shadowed
+        if changed and self.on_shadowed_change is not None:
+            self.on_shadowed_change()
         m.UPSTREAM_SHADOWED.set(len(shadowed))
         for name in sorted(shadowed - self._reported_shadowed):
             log.warning("metric %r is defined by prescaler and by the upstream adapter; prescaler's VirtualMetric "
