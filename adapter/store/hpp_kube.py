@@ -65,6 +65,8 @@ class HPPStatusController:
         self._threads: list[threading.Thread] = []
         self._watches: list[watch.Watch] = []
         self._crd_missing_logged = False
+        self._waiting_for_lease = False
+        self.lease_poll = 5.0  # how soon a replica that is not the status writer looks again
         self.writes = 0
         self.reconciles = 0
 
@@ -116,7 +118,8 @@ class HPPStatusController:
         self._crd_missing_logged = False
         hpps = [d for d in hpp_list.get("items") or [] if isinstance(d, Mapping)]
         self.reconciles += 1
-        if not hpps or not self.is_leader():
+        self._waiting_for_lease = not self.is_leader()
+        if not hpps or self._waiting_for_lease:
             return 0
         response: Any = self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces(
             _preload_content=False, _request_timeout=self.request_timeout)
@@ -163,6 +166,8 @@ class HPPStatusController:
                 self.reconcile_once()
                 backoff.reset()
                 wait = self.resync_interval if not self._crd_missing_logged else max(self.resync_interval, 300.0)
+                if self._waiting_for_lease:
+                    wait = min(wait, self.lease_poll)  # write soon after winning the Lease
             except Exception as exc:  # noqa: BLE001 - API/transport errors: retry, never die
                 wait = backoff.next()
                 log.warning("HorizontalPodPrescaler status round failed (%s); retrying in %.1fs", exc, wait)
