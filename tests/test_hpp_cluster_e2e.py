@@ -41,7 +41,7 @@ def conditions(fake: FakeKube, kind: str, name: str, namespace: str | None = Non
 
 
 @pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[tuple[FakeKube, subprocess.Popen[bytes], Path]]:
+def cluster(tmp_path: Path) -> Iterator[tuple[FakeKube, subprocess.Popen[bytes], Path, UpstreamServer, int]]:
     pki = TestPKI(tmp_path / "pki")
     upstream = UpstreamServer(pki, names=["keda-metric", "rps"]).start()
     (tmp_path / "upstream-token").write_text(TOKEN)
@@ -49,6 +49,10 @@ def cluster(tmp_path: Path) -> Iterator[tuple[FakeKube, subprocess.Popen[bytes],
         fake.register_type(HPP_TYPE)
         fake.register_type(HPA_TYPE)
         fake.set_auth_configmap({})
+        fake.tokens["hpa-token"] = {"username": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+                                    "groups": ["system:serviceaccounts"], "uid": "u1"}
+        fake.tokens["intruder"] = {"username": "mallory", "groups": [], "uid": "u2"}
+        fake.sar_policy = lambda spec: (spec.get("user") != "mallory", "RBAC: test policy")
         fake.apply({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
                     "spec": {"defaultValue": 0}})
         fake.apply(yaml.safe_load((ROOT / "examples/seed/horizontalpodprescaler.yaml").read_text()))
@@ -72,7 +76,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[FakeKube, subprocess.Popen[bytes],
                     except httpx.HTTPError:
                         pass
                     time.sleep(0.2)
-                yield fake, proc, log_path
+                yield fake, proc, log_path, upstream, port
             finally:
                 proc.terminate()
                 try:
@@ -90,7 +94,7 @@ def wait_for(fake: FakeKube, predicate: Any, log_path: Path, what: str) -> None:
 
 
 def test_hpp_status_and_shadowing_in_cluster_mode(cluster) -> None:
-    fake, _proc, log_path = cluster
+    fake, _proc, log_path, _upstream, _port = cluster
     wait_for(fake, lambda: conditions(fake, "HorizontalPodPrescaler", "service-a", "service-a")
              .get("HPAConfigured", {}).get("reason") == "MetricMissing", log_path, "HPP status MetricMissing")
     message = conditions(fake, "HorizontalPodPrescaler", "service-a", "service-a")["HPAConfigured"]["message"]
@@ -104,3 +108,22 @@ def test_hpp_status_and_shadowing_in_cluster_mode(cluster) -> None:
              "ShadowsUpstream on the VirtualMetric")
     assert conditions(fake, "VirtualMetric", "rps")["Ready"]["status"] == "True"
     assert [r for r in fake.requests if "horizontalpodautoscalers" in r.path and r.method != "GET"] == []
+
+
+def test_callers_are_authorized_by_prescaler_before_anything_is_forwarded(cluster) -> None:
+    fake, _proc, _log, upstream, port = cluster
+    path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/keda-metric"
+
+    def get(token: str) -> httpx.Response:
+        return httpx.get(f"https://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"},
+                         verify=False, timeout=10)
+
+    denied = get("intruder")
+    assert denied.status_code == 403 and denied.json()["reason"] == "Forbidden"
+    assert upstream.requests_for("keda-metric") == []
+    allowed = get("hpa-token")
+    assert allowed.status_code == 200 and allowed.json()["items"][0]["value"] == "42"
+    [seen] = upstream.requests_for("keda-metric")
+    assert seen.headers["authorization"] == f"Bearer {TOKEN}"  # prescaler's identity, not the HPA's
+    sar = [r for r in fake.subject_access_reviews if r["spec"]["resourceAttributes"].get("resource") == "keda-metric"]
+    assert {r["spec"]["user"] for r in sar} == {"mallory", "system:serviceaccount:kube-system:horizontal-pod-autoscaler"}
