@@ -162,7 +162,7 @@ class Passthrough:
             async with asyncio.timeout(self.config.timeout):
                 async with self._http().stream(method, url, headers=headers) as response:
                     body = await self._read_limited(response)
-                    answer = Answer(response.status_code, body, response.headers.get("content-type", _JSON))
+                    answer = Answer(response.status_code, body, _content_type(response.headers.get("content-type")))
         except _TooLarge:
             answer = self._failure(kind, "too_large", 503, "ServiceUnavailable",
                                    f"the upstream metrics adapter's answer exceeds "
@@ -170,10 +170,14 @@ class Passthrough:
         except (TimeoutError, httpx.TimeoutException):
             answer = self._failure(kind, "timeout", 504, "Timeout",
                                    f"the upstream metrics adapter did not answer within {self.config.timeout:g}s")
-        except (httpx.HTTPError, OSError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             answer = self._failure(kind, "unavailable", 503, "ServiceUnavailable",
                                    f"the upstream metrics adapter is unavailable: {type(exc).__name__}")
             log.debug("upstream %s %s failed: %r", method, path_and_query, exc)
+        except Exception as exc:  # noqa: BLE001 - a surprise must cost this request only, never a 500
+            log.exception("upstream %s %s failed unexpectedly", method, path_and_query)
+            answer = self._failure(kind, "unavailable", 503, "ServiceUnavailable",
+                                   f"the upstream metrics adapter is unavailable: {type(exc).__name__}")
         else:
             m.UPSTREAM_REQUESTS.labels(kind=kind, code=str(answer.code)).inc()
         m.UPSTREAM_SECONDS.labels(kind=kind).observe(time.perf_counter() - started)
@@ -268,6 +272,13 @@ class Passthrough:
             log.warning("metric %r is defined by prescaler and by the upstream adapter; prescaler's VirtualMetric "
                         "is served and the upstream's is hidden", name)
         self._reported_shadowed |= shadowed
+
+
+def _content_type(value: str | None) -> str:
+    """The upstream's Content-Type, unless it is not a plain header value (then JSON, the API's type)."""
+    if value and len(value) <= 256 and value.isascii() and value.isprintable():
+        return value
+    return _JSON
 
 
 def parse_resource_list(body: bytes) -> tuple[str, ...]:
