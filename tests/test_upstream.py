@@ -301,3 +301,14 @@ def test_shadowing_virtual_metric_gets_a_status_condition(pki, upstream, tmp_pat
         assert combined() == desired and notified == [True, True]
 
     run(scenario(Passthrough(config(pki, upstream.url, tmp_path), own_names=lambda: ["rps", "other"]), body))
+
+
+def test_unprintable_content_type_is_not_copied(pki, upstream, tmp_path) -> None:
+    async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
+        upstream.mode = "garbage"
+        upstream.garbage_content_type = "text/plain; x=\xe9\x7f"
+        r = await c.get(KEDA_PATH)
+        assert r.status_code == 200 and r.content == b"\x00not json {{{"
+        assert r.headers["content-type"] == "application/json"
+
+    run(scenario(Passthrough(config(pki, upstream.url, tmp_path)), body))

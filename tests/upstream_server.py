@@ -48,6 +48,7 @@ class UpstreamServer:
         self.release = threading.Event()
         self.max_hang = max_hang
         self.huge_bytes = 20 * 1024 * 1024
+        self.garbage_content_type = "text/plain; charset=weird"
         self._lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -166,7 +167,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif mode == "error500":
             return self._send(500, status(500, "InternalError", "upstream exploded on purpose"))
         elif mode == "garbage":
-            return self._send(200, b"\x00not json {{{", "text/plain; charset=weird")
+            return self._send(200, b"\x00not json {{{", up.garbage_content_type)
         elif mode == "huge":
             return self._send(200, b"[" + b" " * up.huge_bytes + b"]")
         elif mode == "huge_chunked":  # no Content-Length: the limit must hold while streaming
