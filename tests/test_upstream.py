@@ -312,3 +312,15 @@ def test_unprintable_content_type_is_not_copied(pki, upstream, tmp_path) -> None
         assert r.headers["content-type"] == "application/json"
 
     run(scenario(Passthrough(config(pki, upstream.url, tmp_path)), body))
+
+
+def test_dripping_upstream_is_cut_at_the_deadline(pki, upstream, tmp_path) -> None:
+    """Every read returns within httpx's per-read timeout; only a deadline on the whole exchange ends it."""
+    upstream.mode = "drip"
+
+    async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
+        r = await c.get(KEDA_PATH)
+        assert r.status_code == 504 and r.json()["reason"] == "Timeout"
+
+    run(scenario(Passthrough(config(pki, upstream.url, tmp_path, timeout=1.0)), body))
+    upstream.release.set()

@@ -2,7 +2,7 @@
 same wire format as prescaler, and switchable misbehaviour.
 
     up = UpstreamServer(pki, names=["keda-metric"]).start()
-    up.mode = "hang"        # ok | hang | error500 | garbage | huge | reset
+    up.mode = "hang"        # ok | hang | drip | error500 | garbage | huge | huge_chunked | reset
     up.stop()               # "down": nothing listens on the port any more
 
 It records every request (method, path with query, headers) so tests can check what prescaler sent.
@@ -170,6 +170,21 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, b"\x00not json {{{", up.garbage_content_type)
         elif mode == "huge":
             return self._send(200, b"[" + b" " * up.huge_bytes + b"]")
+        elif mode == "drip":  # headers at once, then a byte every 100 ms: each read is quick, the whole is not
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            try:
+                for _ in range(int(up.max_hang * 10)):
+                    if up.release.wait(0.1):
+                        break
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:
+                pass
+            self.close_connection = True
+            return None
         elif mode == "huge_chunked":  # no Content-Length: the limit must hold while streaming
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
