@@ -158,7 +158,8 @@ def test_directories_the_seed_and_the_local_examples(capsys: pytest.CaptureFixtu
 def test_the_whole_seed_including_its_horizontal_pod_prescaler(capsys: pytest.CaptureFixture[str]) -> None:
     """The seed's third kind is namespaced and known: checked, not warned about or called cluster-scoped."""
     assert main(["validate", "--strict", str(ROOT / "examples" / "seed")]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
     assert "3 prescaler object(s) checked" in out and "0 warning(s)" in out, out
 
 
