@@ -95,8 +95,7 @@ class Engine:
         self.status.listen(callback)
 
     @property
-    def busy(self) -> bool:
-        """A change is waiting to be published."""
+    def busy(self) -> bool:  # a change is waiting to be published
         return self._changed or self._rebuilding or self._rebuild_handle is not None or bool(self._pending)
 
     # ---------------------------------------------------------------- ObjectSink (thread-safe)
@@ -105,7 +104,7 @@ class Engine:
         self._call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        self._call(lambda: self._handle(self.table.delete(kind, name)))
+        self._call(lambda: self._delete(kind, name))
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -114,7 +113,7 @@ class Engine:
                 for doc in docs:
                     self._handle(self.table.apply(doc))
             for name in [n for n in self.table.names(kind) if n not in names]:
-                self._handle(self.table.delete(kind, name))
+                self._delete(kind, name)
             self._synced_kinds.add(kind)
         self._call(run)
 
@@ -126,6 +125,11 @@ class Engine:
             func()
         else:
             self._loop.call_soon_threadsafe(func)
+
+    def _delete(self, kind: str, name: str) -> None:
+        if kind == KIND_EVENT:
+            obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
+        self._handle(self.table.delete(kind, name))
 
     def _on_snapshot(self, name: str, items: list[Item]) -> None:
         self._handle(self.table.snapshot(name, items))
@@ -141,14 +145,16 @@ class Engine:
             if self.start_sources and self._loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
-            obs.CONTRIBUTIONS_DROPPED.labels(event=event).inc(count)
+            obs.record_expression_failures(event, count)
         if change.targets:
             for partition, resources in change.targets.items():
                 self._dirty_targets.setdefault(partition, set()).update(resources)
             self._dirty_events |= change.events
             self._schedule_rebuild(set(), self.snapshot_delay)
-        elif not change.empty:
+        elif change.rebuild:
             self._schedule_rebuild(change.partitions)
+        elif change.changed:
+            self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
 
     # ---------------------------------------------------------------- rebuild
 
@@ -161,8 +167,7 @@ class Engine:
 
     def _start_rebuild(self) -> None:
         self._rebuild_handle = None
-        assert self._loop is not None
-        self._loop.create_task(self.rebuild_now())
+        asyncio.get_running_loop().create_task(self.rebuild_now())
 
     async def rebuild_now(self) -> None:
         """Publish every pending change (coalesces concurrent requests)."""
@@ -194,25 +199,19 @@ class Engine:
                     self.published = await asyncio.to_thread(_publish, self.names.served, feeds, self.clock(),
                                                              self.published, dirty, targets, events)
                 heap.after_publish()
-                obs.TIMELINE_REBUILDS.inc()
-                obs.TIMELINE_REBUILD_SECONDS.observe(time.perf_counter() - started)
-                obs.TIMELINE_KEYS.set(self.published.key_count())
+                obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
                 self.status.changed()
         finally:
             self._rebuilding = False
 
     # ---------------------------------------------------------------- status
 
-    def desired_status(self) -> Statuses:
-        return self.status.current()
-
     def statuses(self) -> Statuses:
         now = self.clock()
         for name, state in self.events.items():
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
-        obs.OBJECTS_INVALID.labels(kind=KIND_METRIC).set(sum(1 for m in self.metrics.values() if m.error)
-                                                         + len(self.names.conflicts))
-        obs.OBJECTS_INVALID.labels(kind=KIND_EVENT).set(sum(1 for e in self.events.values() if e.error))
+        obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
+                                   sum(1 for e in self.events.values() if e.error))
         return all_statuses(self.metrics, self.events, self.published, now)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
@@ -228,7 +227,7 @@ class Engine:
         return self.published
 
     def preview(self, request: PreviewRequest) -> dict[str, Any] | MetricNotFound:
-        return preview_document(self.published, self.events, request)
+        return preview_document(self.published, dict(self.events), request)  # may run off the loop
 
 
 def _chunks(targets: dict[Partition, set[str]], size: int) -> list[dict[Partition, set[str]]]:

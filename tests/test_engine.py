@@ -257,3 +257,32 @@ def test_identical_snapshot_skips_the_rebuild_but_counts_as_success(announcer: A
     assert same is True
     assert isinstance(fresh, Values) and [v.value for v in fresh.values] == [8.0]
     assert changed == [12.0]
+
+
+def test_a_rejected_new_event_gets_its_status_written() -> None:
+    import asyncio
+
+    bad = schedule_event("broken", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
+                         [entry("service-a", "service-a", "n +")])
+
+    async def go():
+        engine = await loaded_engine([metric()])
+        for _ in range(200):  # let the refresh the loading scheduled happen first
+            if engine.status._handle is None:
+                break
+            await asyncio.sleep(0.01)
+        notified = []
+        engine.on_status_change(lambda: notified.append(True))
+        engine.apply(bad)
+        status = None
+        for _ in range(200):  # the status refresh is coalesced over a short delay
+            await asyncio.sleep(0.01)
+            status = engine.status.current().get(("VirtualMetricEvent", "broken"))
+            if status is not None and notified:
+                break
+        await engine.stop()
+        return status, notified
+    status, notified = run(go())
+    assert status is not None and notified
+    ready = status[1]["conditions"][0]
+    assert ready["status"] == "False" and "spec.metrics[0].value.expression" in ready["message"]

@@ -137,15 +137,19 @@ class Change:
     start: list[tuple[EventState, Source]] = field(default_factory=list)  # run a new source for the event
     stop: list[SourceRunner] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # event -> contributions dropped just now
+    changed: bool = True  # False: nothing at all changed (no rebuild, no status refresh)
     # An item snapshot: only these targets (partition -> resources) of these events changed, so
     # a key-level rebuild (adapter.pipeline.incremental) suffices; `partitions` is then empty.
     targets: dict[Partition, set[str]] = field(default_factory=dict)
     events: set[str] = field(default_factory=set)
 
     @property
-    def empty(self) -> bool:
-        return (self.partitions is not None and not self.partitions and not self.start and not self.stop
-                and not self.targets)
+    def rebuild(self) -> bool:
+        return self.partitions is None or bool(self.partitions)
+
+
+def _nothing() -> Change:
+    return Change(changed=False)
 
 
 class ObjectTable:
@@ -160,9 +164,9 @@ class ObjectTable:
         kind, name = doc.get("kind") if isinstance(doc, Mapping) else None, name_of(doc)
         if kind not in (KIND_METRIC, KIND_EVENT) or name is None:
             log.warning("ignoring object %s: not a named VirtualMetric or VirtualMetricEvent", object_id(doc))
-            return Change()
+            return _nothing()
         if kind == KIND_METRIC:
-            return Change(None) if apply_metric(self.metrics.setdefault(name, MetricState(name)), doc) else Change()
+            return Change(None) if apply_metric(self.metrics.setdefault(name, MetricState(name)), doc) else _nothing()
         return self._apply_event(self.events.setdefault(name, EventState(name)), doc)
 
     def _apply_event(self, state: EventState, doc: Mapping[str, Any]) -> Change:
@@ -176,7 +180,7 @@ class ObjectTable:
             self.set_items(state, [], change)
             return change
         if state.vme == vme and state.error is None:
-            return Change()  # unchanged (e.g. a re-list): keep the running source and its snapshot
+            return _nothing()  # unchanged (e.g. a re-list): keep the running source and its snapshot
         source_changed = state.vme is None or state.vme.source != vme.source
         state.vme, state.error, state.entries = vme, None, entries
         log.info("loaded VirtualMetricEvent %s (%s source, %d metric entries)", state.name, vme.source.kind,
@@ -198,12 +202,12 @@ class ObjectTable:
     def delete(self, kind: str, name: str) -> Change:
         if kind == KIND_METRIC:
             if self.metrics.pop(name, None) is None:
-                return Change()
+                return _nothing()
             log.info("deleted VirtualMetric %s", name)
             return Change(None)
         state = self.events.pop(name, None)
         if state is None:
-            return Change()
+            return _nothing()
         log.info("deleted VirtualMetricEvent %s", name)
         return Change(state.partitions, stop=[state.runner] if state.runner else [])
 
@@ -227,7 +231,7 @@ class ObjectTable:
         """A source delivered `items` for event `name`."""
         state = self.events.get(name)
         if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
-            return Change()  # most polls re-announce the same items
+            return _nothing()  # most polls re-announce the same items
         before = state.contributions.by_key.keys()
         change = Change(set(), events={name})
         self.set_items(state, items, change)

@@ -60,13 +60,14 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
             if m == metric:
                 candidates.extend((ns, part, t) for t in part.targets)
     else:
-        part = published.partitions.get((metric, namespace))
-        if part is not None:
+        found = published.partitions.get((metric, namespace))
+        if found is not None:
             if pinned is not None:
                 # The HPA's usual query (resource=<name>): direct lookups, whatever the number of targets.
-                candidates = [(namespace, part, part.by_resource[r]) for r in sorted(pinned) if r in part.by_resource]
+                candidates = [(namespace, found, found.by_resource[r]) for r in sorted(pinned)
+                              if r in found.by_resource]
             else:
-                candidates = [(namespace, part, t) for t in part.targets]
+                candidates = [(namespace, found, t) for t in found.targets]
     values: list[TargetValue] = []
     seen: set[str] = set()
     valid_until = math.inf
@@ -78,11 +79,11 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
             if runner.is_stale(now):
                 return SourceOnHold(metric, _stale_message(metric, ns, target.resource, owner, runner, now))
             valid_until = min(valid_until, runner.stale_at())
-        found = target.timeline_set(part).value_and_next_change((metric, ns, target.resource), now)
-        if found is None:
+        reading = target.timeline_set(part).value_and_next_change((metric, ns, target.resource), now)
+        if reading is None:
             value = default
         else:
-            value, next_change = found
+            value, next_change = reading
             valid_until = min(valid_until, next_change)
         values.append(TargetValue(target.resource, ns, target.labels, value))
         seen.add(target.resource)
