@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import socket
 import ssl
 import statistics
@@ -36,6 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -242,65 +244,97 @@ def scenario_connections(tmp: Path, name: str, count: int, first_bytes: bytes, w
                 conn.close()
 
 
-_FUZZ_LINES = [
-    b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",
+# Malformed framing: the server answers 400 and closes, so each goes last on its connection.
+_MALFORMED = [
     b"POST /apis HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",
     b"GET /\x00\x01 HTTP/1.1\r\nHost: x\r\n\r\n",
     b"\x16\x03\x01garbage\r\n\r\n",
     b"GET / HTTP/9.9\r\n\r\n",
-    b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-    b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
 ]
+_NUMBERS = ["inf", "-inf", "nan", "1e300", "-1e20", "9" * 400, "x", "", "0x10", "1_000", "-0"]
 
 
-def _fuzz_request(rng: random.Random) -> bytes:
-    choice = rng.random()
-    if choice < 0.3:
-        return rng.choice(_FUZZ_LINES)
-    if choice < 0.6:
-        return bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200))) + b"\r\n\r\n"
-    # Valid framing, hostile path/query.
-    selector = ",".join(f"k{rng.randint(0, 99)} in ({','.join(str(rng.randint(0, 9)) for _ in range(5))})"
-                        for _ in range(rng.randint(1, 5)))
-    path = rng.choice([VALUE_PATH.split("?")[0] + "?labelSelector=" + selector.replace(" ", "%20"),
-                       "/apis/external.metrics.k8s.io/v1beta1/namespaces/%ff/rps",
-                       "/preview?duration=" + rng.choice(["inf", "-1", "1e300", "x"]),
-                       "/apis/" + "a" * rng.randint(1, 3000)])
-    return f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+def _hostile_path(rng: random.Random) -> str:
+    """A well-framed request with a hostile target: selectors, namespaces, preview numbers, junk."""
+    kind = rng.randrange(6)
+    base = VALUE_PATH.split("?")[0]
+    if kind == 0:
+        terms = ",".join(f"k{rng.randint(0, 99)}{rng.choice(['=', '!=', ' in ', ' notin '])}"
+                         f"{rng.choice(['v', '(a,b)', '(', '', ')', '!'])}" for _ in range(rng.randint(1, 6)))
+        return base + "?labelSelector=" + quote(terms)
+    if kind == 1:
+        return base + "?labelSelector=" + quote("resource in (" + ",".join(
+            f"svc-{i}" for i in range(rng.randint(1, 2000))) + ")")
+    if kind == 2:
+        junk = "".join(rng.choice("abc%/?&=#;.~-_") for _ in range(rng.randint(1, 60)))
+        return f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{junk}/rps"
+    if kind == 3:
+        return (f"/preview?duration={quote(rng.choice(_NUMBERS))}&step={quote(rng.choice(_NUMBERS))}"
+                f"&start={quote(rng.choice(_NUMBERS))}")
+    if kind == 4:
+        return "/" + "".join(rng.choice("ab/%.") for _ in range(rng.randint(1, 3000)))
+    return VALUE_PATH
 
 
-def scenario_fuzz(tmp: Path, total: int, seconds: float) -> None:
+def _connection_batch(rng: random.Random, size: int) -> tuple[bytes, int]:
+    """`size` pipelined requests; the last one either malformed or `Connection: close`."""
+    parts = [f"{rng.choice(['GET', 'GET', 'HEAD', 'POST', 'DELETE'])} {_hostile_path(rng)} HTTP/1.1\r\n"
+             f"Host: x\r\n\r\n".encode() for _ in range(size - 1)]
+    if rng.random() < 0.5:
+        parts.append(rng.choice(_MALFORMED))
+    else:
+        parts.append(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    return b"".join(parts), size
+
+
+_STATUS = re.compile(rb"HTTP/1\.1 (\d{3}) ")
+
+
+def scenario_fuzz(tmp: Path, total: int, seconds: float, per_connection: int = 100) -> None:
     rng = random.Random(14)
     with server_in(tmp, "fuzz") as server:
         lines_before = server.log_lines()
         before = server.rss()
+        peak = before
         statuses: Counter[str] = Counter()
         ctx = _client_context()
         sent = 0
-        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+        deadline = started + seconds
         with LatencySampler(server) as sampler:
-            # Pipelining several requests per TLS connection keeps the handshake cost out of the figure.
             while sent < total and time.monotonic() < deadline:
-                with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
-                    try:
-                        tls = ctx.wrap_socket(raw, server_hostname="localhost")
-                    except OSError:
-                        statuses["handshake-failed"] += 1
-                        continue
-                    batch = [_fuzz_request(rng) for _ in range(50)]
-                    sent += len(batch)
-                    try:
-                        tls.sendall(b"".join(batch))
-                        tls.settimeout(2)
-                        head = tls.recv(64)
-                        statuses[head[9:12].decode(errors="replace") or "closed"] += 1
-                    except OSError as exc:
-                        statuses[type(exc).__name__] += 1
+                payload, count = _connection_batch(rng, min(per_connection, total - sent))
+                sent += count
+                try:
+                    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
+                            ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                        tls.sendall(payload)
+                        received = bytearray()
+                        while True:  # until the server closes (Connection: close or malformed last)
+                            chunk = tls.recv(65536)
+                            if not chunk:
+                                break
+                            received += chunk
+                except OSError as exc:
+                    statuses[type(exc).__name__] += 1
+                    continue
+                answered = _STATUS.findall(received)
+                statuses.update(code.decode() for code in answered)
+                statuses["unanswered"] += count - len(answered)
+                if sent % 10_000 < per_connection:
+                    peak = max(peak, server.rss())
+        elapsed = time.monotonic() - started
         logged = server.log_lines() - lines_before
-        print(f"[fuzz] {sent} hostile requests in batches of 50: first answers {dict(statuses.most_common(8))}; "
-              f"RSS {before:.0f} -> {server.rss():.0f} MB; {logged} server log lines "
-              f"({logged * 1000 / max(1, sent):.2f} per 1 000 requests)")
+        server_errors = sum(n for code, n in statuses.items() if code.startswith("5"))
+        print(f"[fuzz] {sent} hostile requests ({per_connection} pipelined per TLS connection) in {elapsed:.0f} s: "
+              f"statuses {dict(statuses.most_common(10))}; 5xx {server_errors}; RSS {before:.0f} -> peak "
+              f"{peak:.0f} -> {server.rss():.0f} MB; {logged} server log lines")
         print(f"[fuzz] {sampler.summary()}")
+        for line in server.log_path.read_text(errors="replace").splitlines()[lines_before:lines_before + 5]:
+            print(f"[fuzz]   server log: {line[:160]}")
 
 
 def scenario_churn(tmp: Path, seconds: float) -> None:
