@@ -130,6 +130,23 @@ def test_partial_headers_after_a_keep_alive_response_are_closed(server: ServerTh
         assert _closed_within(conn, 10)
 
 
+def test_a_body_trickling_in_after_the_answer_is_closed(server: ServerThread) -> None:
+    with _tls(server.port) as conn:
+        conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc")
+        conn.settimeout(5)
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200")  # ok_app answers without reading the body
+        deadline = time.monotonic() + 10
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            try:
+                conn.sendall(b"x")  # one byte at a time, each well within uvicorn's keep-alive timeout
+            except (ssl.SSLError, OSError):
+                closed = True
+                break
+            closed = _closed_within(conn, 0.2)
+        assert closed
+
+
 def test_complete_requests_are_answered_on_a_kept_alive_connection(server: ServerThread) -> None:
     with httpx.Client(verify=False, timeout=5) as client:
         for _ in range(3):
@@ -289,7 +306,8 @@ def test_serve_on_port_zero_logs_and_writes_the_real_port(tmp_path: Path) -> Non
         port = int(server_url.rsplit(":", 1)[1])
         assert port != 0
         assert f"serving on https://127.0.0.1:{port}" in log_path.read_text()
-        response = httpx.get(f"{server_url}/healthz", verify=cluster["certificate-authority"], timeout=5)
+        verify = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        response = httpx.get(f"{server_url}/healthz", verify=verify, timeout=5)
         assert response.status_code == 200
     finally:
         proc.terminate()

@@ -7,7 +7,8 @@ any credential), so every connection must cost bounded memory for a bounded time
   connections (after a response), so a client that completes the handshake and then sends nothing,
   or half a request line, held its connection (~280 KB) forever. The protocol arms a timer when the
   connection opens and after every response; unless a complete request head arrives before it fires,
-  the connection is closed.
+  the connection is closed. (A body still trickling in for a request already answered counts as
+  waiting too: no endpoint here reads request bodies.)
 - **Connection cap.** Past ``max_connections`` open connections a new one is closed right after the
   handshake, with one warning line per interval saying so (not one per connection).
 - **Handshake timeout.** asyncio's default is 60 s for a client that opens TCP and never finishes
@@ -155,7 +156,14 @@ class GuardedH11Protocol(H11Protocol):
 
     # -- request-head timeout ----------------------------------------------------------------
     def _waiting_for_request_head(self) -> bool:
-        return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+        """No request is being served and the next one has not been fully received: either its head
+        is incomplete, or the client is still sending the body of a request already answered."""
+        if self.transport.is_closing():
+            return False
+        if self.conn.their_state is h11.IDLE:
+            return True
+        cycle = self.cycle
+        return cycle is not None and cycle.response_complete and self.conn.their_state is h11.SEND_BODY
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
