@@ -312,3 +312,19 @@ def test_serve_on_port_zero_logs_and_writes_the_real_port(tmp_path: Path) -> Non
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_limits_come_from_the_serving_flags() -> None:
+    import argparse
+
+    from adapter.serving.server import add_serving_flags, serving_options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_serving_flags(parser)
+    options = serving_options_from_args(parser.parse_args(["--max-connections", "50",
+                                                           "--request-header-timeout", "2.5"]))
+    assert options.limits.max_connections == 50 and options.limits.header_timeout_seconds == 2.5
+    assert serving_options_from_args(parser.parse_args([])).limits == ConnectionLimits()
+    for bad in (["--max-connections", "0"], ["--request-header-timeout", "0"]):
+        with pytest.raises(ValueError, match=bad[0]):
+            serving_options_from_args(parser.parse_args(bad))

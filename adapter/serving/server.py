@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -84,6 +85,15 @@ def add_serving_flags(parser: argparse.ArgumentParser) -> None:
         "--tls-san", dest="tls_sans", action="append", default=[],
         help="extra DNS name / IP for the generated self-signed certificate (repeatable)",
     )
+    defaults = ConnectionLimits()
+    group.add_argument(
+        "--max-connections", type=int, default=defaults.max_connections,
+        help="open connections beyond this are closed right after the TLS handshake (each costs ~60 KB)",
+    )
+    group.add_argument(
+        "--request-header-timeout", type=float, default=defaults.header_timeout_seconds, metavar="SECONDS",
+        help="close a connection whose request line and headers are not complete within this time",
+    )
 
 
 def serving_options_from_args(args: argparse.Namespace, **overrides: Any) -> ServingOptions:
@@ -94,6 +104,15 @@ def serving_options_from_args(args: argparse.Namespace, **overrides: Any) -> Ser
         tls_private_key_file=args.tls_private_key_file,
         tls_sans=list(args.tls_sans or []),
     )
+    defaults = ConnectionLimits()
+    max_connections = getattr(args, "max_connections", defaults.max_connections)
+    header_timeout = getattr(args, "request_header_timeout", defaults.header_timeout_seconds)
+    if max_connections < 1:
+        raise ValueError(f"--max-connections must be at least 1, got {max_connections}")
+    if not 0 < header_timeout <= 3600:
+        raise ValueError(f"--request-header-timeout must be between 0 and 3600 seconds, got {header_timeout:g}")
+    opts.limits = dataclasses.replace(defaults, max_connections=max_connections,
+                                      header_timeout_seconds=header_timeout)
     for key, value in overrides.items():
         setattr(opts, key, value)
     return opts
