@@ -178,7 +178,12 @@ class _Server(uvicorn.Server):
                 kwargs.setdefault("ssl_handshake_timeout", self.handshake_timeout)
             return await create_server(*args, **kwargs)
 
-        loop.create_server = create_server_with_timeout  # type: ignore[method-assign]
+        try:
+            loop.create_server = create_server_with_timeout  # type: ignore[method-assign]
+        except AttributeError:  # a loop without instance attributes (uvloop): keep its own default
+            log.debug("cannot set the TLS handshake timeout on %r", loop)
+            await super().startup(sockets)
+            return
         try:
             await super().startup(sockets)
         finally:
