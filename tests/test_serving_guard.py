@@ -85,13 +85,14 @@ class _Records(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+        if not any(seen is record for seen in self.records):  # seen once per logger it passed
+            self.records.append(record)
 
 
 @pytest.fixture
 def records() -> Iterator[_Records]:
     handler = _Records()
-    # uvicorn's loggers stop at "uvicorn" (no propagation to the root logger): listen there too.
+    # With uvicorn's own logging config its loggers stop at "uvicorn": listen there too.
     loggers = [logging.getLogger(name) for name in ("", "uvicorn")]
     for logger in loggers:
         logger.addHandler(handler)

@@ -62,7 +62,8 @@ class ServingOptions:
     graceful_shutdown_seconds: int = 10
     # Header timeout, connection cap, TLS handshake timeout and read buffer (adapter.serving.guard).
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
-    # Called with (host, port) once the socket is bound: the real port when secure_port is 0.
+    # Called with (host, port) once the socket is bound, before serving: the real port when
+    # secure_port is 0.
     on_listening: Callable[[str, int], None] | None = None
     # Filled in by serve_async:
     bound_port: int | None = field(default=None, init=False)
@@ -197,6 +198,7 @@ def _uvicorn_server(app: Any, options: ServingOptions, live: LiveTLS) -> uvicorn
         http=guarded_protocol(DEFAULT_PROTOCOL, limits),
         ssl_context_factory=lambda _config, _default: live.base,
         log_level=options.log_level,
+        log_config=None,  # uvicorn's records go through the process's handler (adapter/logs.py)
         access_log=options.access_log,
         proxy_headers=False,  # X-Forwarded-* from the aggregator must not rewrite the client address
         server_header=False,
@@ -215,6 +217,13 @@ async def serve_async(app: Any, options: ServingOptions, started: asyncio.Event 
     shrink_tls_read_buffer(options.limits.tls_read_buffer_bytes)
     quiet_uvicorn_protocol_warnings(options.limits.log_interval_seconds)
     server = _uvicorn_server(app, options, live)
+    if options.on_listening is not None:
+        # Before the first request can arrive, so whoever waits for the server finds the file.
+        try:
+            options.on_listening(options.bind_address, options.bound_port)
+        except BaseException:
+            sock.close()
+            raise
     serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))
     watch_task = asyncio.ensure_future(live.watch(options.reload_interval_seconds))
     try:
@@ -223,8 +232,6 @@ async def serve_async(app: Any, options: ServingOptions, started: asyncio.Event 
         if server.started:
             host = f"[{options.bind_address}]" if ":" in options.bind_address else options.bind_address
             log.info("serving on https://%s:%d", host, options.bound_port)
-            if options.on_listening is not None:
-                options.on_listening(options.bind_address, options.bound_port)
         if started is not None:
             started.set()
         await asyncio.shield(serve_task)
