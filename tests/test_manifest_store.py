@@ -244,7 +244,7 @@ def test_huge_literal_is_an_object_error_and_other_edits_still_apply(tmp_path: P
             value = -1.0
             for _ in range(200):
                 await asyncio.sleep(0.05)
-                await engine.settle()
+                await settle(engine)
                 values = engine.query("rps", "ns", parse_selector("resource=a")).values
                 value = values[0].value if values else -1.0
                 if value == expected:
