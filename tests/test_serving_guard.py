@@ -171,7 +171,7 @@ def test_tls_read_buffer_is_shrunk_while_serving(server: ServerThread) -> None:
 
 
 def test_connections_beyond_the_cap_are_refused_with_one_log_line(records: _Records) -> None:
-    with ServerThread(ok_app, _options(max_connections=2, header_timeout_seconds=30)) as srv:
+    with ServerThread(ok_app, _options(max_connections=2, header_timeout_seconds=30, log_interval_seconds=600)) as srv:
         kept = [_tls(srv.port), _tls(srv.port)]
         try:
             refused = [_tls(srv.port) for _ in range(3)]
