@@ -226,6 +226,7 @@ class FusedResult:
     season: float | None
     note: str
     effects: Effects
+    baseline: np.ndarray  # the forecast without the events' effect
 
 
 def fit_predict_fused(values: np.ndarray, step: float, horizon: int, events: np.ndarray,
@@ -245,7 +246,8 @@ def fit_predict_fused(values: np.ndarray, step: float, horizon: int, events: np.
     nonneg = bool(np.all(y[np.isfinite(y)] >= 0))
     point, lower, upper = add_effects(base.forecast, base.lower, base.upper, fut, effects, quantile, nonneg)
     note = "; ".join(p for p in (base.note, f"regressors: {effects.describe()}") if p)
-    return FusedResult(point, lower, upper, base.model, base.season, note, effects)
+    return FusedResult(point, lower, upper, base.model, base.season, note, effects,
+                       np.asarray(base.forecast, dtype=float))
 
 
 __all__ = ["Effects", "FusedResult", "add_effects", "fit_effects", "fit_predict_fused", "remove_effects"]
