@@ -354,8 +354,9 @@ def virtual_metric_schema() -> Schema:
         "defaultValue": number("Value served for a known target when no event or forecast contributes."),
         "mergeStrategy": {**string("How concurrent contributions for one target combine: Sum, Max, Min "
                                    "or Average.", enum=["Sum", "Max", "Min", "Average"]), "default": "Sum"},
-        "leadTime": duration("Look this far ahead and serve the peak: pods must be ready when traffic arrives "
-                             "(at most 7 days)."),
+        "leadTime": {**duration("Look this far ahead and serve the peak: pods must be ready when traffic arrives "
+                                "(at most 7 days). Auto: learnt from the scale target's pod start-up, the HPA "
+                                "sync period and its scale-up ramp."), "pattern": "^(Auto|" + DURATION[2:-2] + ")$"},
         "holdTime": duration("Keep a window's value this long after it ends (at most 7 days)."),
         "min": number("Lower clamp of the served value."),
         "max": number("Upper clamp of the served value."),
