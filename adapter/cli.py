@@ -137,6 +137,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
 
     context = SourceContext(allow_private_networks=args.allow_private_networks)
     engine = Engine(context)
+    from adapter.announced_metrics import export_announced_values
+
+    export_announced_values(engine)  # announcements of the past become history (forecast regressors)
     manifest_store: ManifestStore | None = None
     if args.manifests:
         manifest_store = ManifestStore(engine, args.manifests)
