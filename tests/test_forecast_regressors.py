@@ -58,3 +58,22 @@ def test_interval_is_widened_by_the_coefficient_uncertainty():
     widths = upper - point
     assert widths[0] == pytest.approx(1.0) and widths[1] == pytest.approx(1.0)
     assert widths[3] > widths[2] > 1.0  # more announced units, more uncertainty
+
+
+def test_standard_error_accounts_for_each_events_own_surprise():
+    # A crowd bigger than announced lifts every step of its event: steps are not independent.
+    z = []
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        n = DAY * 7
+        t = np.arange(n)
+        y = 50 + 20 * np.sin(2 * np.pi * t / DAY) + rng.normal(0, 2, n)
+        x = np.zeros((n, 1))
+        for s in rng.choice(n - 20, 20, replace=False):
+            a = rng.integers(1, 11)
+            x[s:s + 6, 0] = a
+            y[s:s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
+        effects = fit_effects(y, x, ["audience"])
+        z.append((effects.beta[0] - 6) / effects.stderr[0])
+    z = np.abs(np.array(z))
+    assert np.mean(z <= 1.96) >= 0.75  # independent-step errors alone cover about two thirds

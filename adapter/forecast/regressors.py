@@ -155,6 +155,26 @@ def fit_effects(values: np.ndarray, events: np.ndarray, names: Sequence[str]) ->
             inv = np.linalg.pinv(xtw @ xu)
         dof = max(int(active.sum()) - xu.shape[1], 1)
         c = inv * s * s * max(int(active.sum()), 1) / dof
+        # Steps of one event share its surprise (a bigger crowd than announced lifts every step), so
+        # independent-step errors would be too optimistic: also compute the cluster-robust (sandwich)
+        # covariance with one cluster per contiguous announced run, and keep the larger.
+        run_id = np.cumsum(np.concatenate([[1], (active[1:] & ~active[:-1]).astype(int)]))[active]
+        groups = int(run_id.max() - run_id.min() + 1) if len(run_id) else 0
+        if groups > xu.shape[1]:
+            score = (xu[active] * (w[active] * np.clip(resid[active], -HUBER_K * s, HUBER_K * s))[:, None])
+            sums = np.zeros((int(run_id.max()) + 1, xu.shape[1]))
+            np.add.at(sums, run_id, score)
+            meat = sums.T @ sums
+            # Huber's bread: psi' is 1 inside the band and 0 outside (clipped steps carry no slope).
+            inside = (np.abs(resid) <= HUBER_K * s).astype(float)
+            bread = (xu.T * inside) @ xu
+            try:
+                bread_inv = np.linalg.inv(bread + 1e-9 * np.eye(xu.shape[1]))
+            except np.linalg.LinAlgError:
+                bread_inv = np.linalg.pinv(bread)
+            robust = bread_inv @ meat @ bread_inv * groups / (groups - xu.shape[1])
+            if np.trace(robust) > np.trace(c):
+                c = robust
         beta[used] = b
         idx = np.flatnonzero(used)
         cov[np.ix_(idx, idx)] = c
