@@ -150,3 +150,28 @@ def test_pod_startups_skip_pods_without_ready_time():
                                         "lastTransitionTime": "2026-01-01T00:02:00Z"}]}},
             {"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}]
     assert pod_startups(pods) == [("a", 120.0)]
+
+
+def test_auto_lead_times_per_virtual_metric_from_its_targets(kube):
+    from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
+    from adapter.sources.base import CommonSourceSettings
+    from adapter.store.leadtime import AutoLeadTimes
+
+    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    for i, startup in enumerate([100, 110, 120, 130]):
+        add_pod(kube, f"web-{i}", startup)
+    auto = VirtualMetric(name="rps", metric_name="rps", lead_time=FALLBACK_LEAD, lead_time_auto=True)
+    fixed = VirtualMetric(name="queue", metric_name="queue", lead_time=60.0)
+    source = SourceSpec(kind="api", config=None, common=CommonSourceSettings(), raw={})
+    events = [VirtualMetricEvent(name="launch", source=source, metrics=(
+        MetricEntry("rps", ResourceRef("shop", "web"), "audience"),
+        MetricEntry("rps", ResourceRef("shop", "missing"), "audience"),  # unmeasurable: the measured one decides
+        MetricEntry("queue", ResourceRef("shop", "web"), "audience")))]
+    learner = AutoLeadTimes(kube.api_client())
+    assert learner.refresh([auto, fixed], events) is True
+    assert learner.lead_time(auto) == pytest.approx(127.0 + 15.0)  # p90 of 100..130
+    assert learner.lead_time(fixed) == 60.0 and learner.status(fixed) is None
+    status = learner.status(auto)
+    assert status["reason"] == "Measured" and sorted(status["pods"]) == [f"web-{i}" for i in range(4)]
+    assert learner.refresh([auto, fixed], events) is False  # nothing new

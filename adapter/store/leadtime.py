@@ -184,4 +184,60 @@ def measure_lead_time(api_client: Any, namespace: str, target: Mapping[str, str]
     return learn_lead_time(pod_startups(pods), hpa, current, fallback=fallback)
 
 
-__all__ = ["LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
+class AutoLeadTimes:
+    """Cluster mode: the learnt lead of every `leadTime: Auto` VirtualMetric.
+
+    A VirtualMetric serves several targets (the resources its VirtualMetricEvents name); each target
+    Deployment is measured and the slowest one decides, since every target must be ready in time.
+    `refresh` does blocking API calls: run it in a worker thread every REFRESH seconds."""
+
+    REFRESH = 300.0
+
+    def __init__(self, api_client: Any, hpa_for: Any = None, fallback: float = FALLBACK_LEAD):
+        self.api_client = api_client
+        self.hpa_for = hpa_for  # (namespace, name) -> HpaSpec | None; None: default policy (no ramp)
+        self.fallback = fallback
+        self.estimates: dict[str, LeadTimeEstimate] = {}
+
+    def refresh(self, metrics: Iterable[Any], events: Iterable[Any]) -> bool:
+        """Measure every Auto VirtualMetric's targets; True when a served lead changed."""
+        events = list(events)
+        changed = False
+        seen = set()
+        for vm in metrics:
+            if not getattr(vm, "lead_time_auto", False):
+                continue
+            seen.add(vm.name)
+            targets = sorted({(entry.resource.namespace, entry.resource.name) for vme in events
+                              for entry in vme.metrics
+                              if entry.metric == vm.metric_name and entry.resource.name})
+            found = [measure_lead_time(self.api_client, ns, {"kind": "Deployment", "name": name},
+                                       self.hpa_for(ns, name) if self.hpa_for else None, self.fallback)
+                     for ns, name in targets]
+            measured = [e for e in found if e.reason == "Measured"]
+            if measured:
+                estimate = max(measured, key=lambda e: e.seconds)
+            elif found:
+                estimate = found[0]
+            else:
+                estimate = LeadTimeEstimate(self.fallback, None, SYNC_PERIOD, 0.0, (), "Fallback",
+                                            "no VirtualMetricEvent names a target for this metric")
+            old = self.estimates.get(vm.name)
+            changed |= old is None or old.seconds != estimate.seconds
+            self.estimates[vm.name] = estimate
+        for name in [n for n in self.estimates if n not in seen]:
+            del self.estimates[name]
+        return changed
+
+    def lead_time(self, vm: Any) -> float:
+        """The lead to serve `vm` with: learnt for Auto, its own otherwise."""
+        estimate = self.estimates.get(vm.name) if getattr(vm, "lead_time_auto", False) else None
+        return estimate.seconds if estimate is not None else float(vm.lead_time)
+
+    def status(self, vm: Any) -> dict[str, Any] | None:
+        """`status.learnedLeadTime` of an Auto VirtualMetric (None for a fixed leadTime)."""
+        estimate = self.estimates.get(vm.name) if getattr(vm, "lead_time_auto", False) else None
+        return estimate.status() if estimate is not None else None
+
+
+__all__ = ["AutoLeadTimes", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
