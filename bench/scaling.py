@@ -22,6 +22,7 @@ Goals: prescaled unserved share <= 0.2 x reactive, prescaled pod-hours <= 1.2 x 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -120,6 +121,37 @@ def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expre
             "within": {name: within(run, result.demand, cap) for name, run in result.runs.items()}}
 
 
+def frontier(path: Path, days: float, warmup_days: float, reactive_unserved: float) -> tuple[float, str]:
+    """How cheap can any look-back policy be at the unserved goal? An idealised check, no HPA:
+
+    at each bin, hold ceil(q-quantile of the last W bins known a lead earlier / capacity) pods (W from
+    1 hour to 1 day, q from 0.5 to 0.99); the cheapest one whose unserved share is <= 0.2 x the reactive
+    run's, in pod-hours relative to the same idealised oracle (ceil(peak of this bin and the next /
+    capacity)). If even this misses 1.2, no forecast-driven setting can meet both goals on the trace.
+    """
+    trace = load_trace(path)
+    start, duration, capacity = window_of(trace, days, warmup_days)
+    i0 = int(np.searchsorted(trace.timestamps, start))
+    i1 = int(np.searchsorted(trace.timestamps, start + duration))
+    x = trace.values[i0:i1]
+    oracle = np.ceil(np.maximum(x, np.append(x[1:], x[-1])) / capacity - 1e-9).sum()
+    lag = max(1, math.ceil(LEAD / trace.step))  # the newest bin known when pods must be started
+    best, label = math.inf, "none meets the unserved goal"
+    for hours in (1, 3, 6, 24):
+        w = max(2, round(hours * 3600 / trace.step))
+        if i0 - lag - w < 0:
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(trace.values[i0 - lag - w + 1: i1 - lag + 1], w)
+        windows = windows[: len(x)]
+        for q in (0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99):
+            pods = np.ceil(np.quantile(windows, q, axis=1) / capacity - 1e-9)
+            unserved = float(np.maximum(x - pods * capacity, 0).sum() / x.sum())
+            ratio = float(pods.sum() / oracle)
+            if unserved <= 0.2 * reactive_unserved and ratio < best:
+                best, label = ratio, f"W={hours}h q={q:g}: unserved {unserved:.2%}"
+    return best, label
+
+
 def cost(r: dict, unserved_cost: float) -> float:
     """Stated cost in pod-hours: every pod-hour, plus `unserved_cost` per pod-hour of unserved demand."""
     pr = r["prescaled"]
@@ -157,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unserved-cost", type=float, default=UNSERVED_COST,
                         help="cost of one pod-hour of unserved demand, in idle pod-hours")
     parser.add_argument("--calibration-days", type=float, default=2.0)
+    parser.add_argument("--frontier", action="store_true",
+                        help="also print the idealised look-back policy frontier (is the goal reachable?)")
     args = parser.parse_args(argv)
     paths = args.traces or sorted(TRACES.glob("*.csv"))
     refit = parse_duration(args.refit)
@@ -167,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     all_ok = True
     chosen: list[str] = []
+    frontiers: list[str] = []
     for path in paths:
         if args.quantile == "auto":
             candidates = tuple(float(q) for q in args.candidates.split(","))
@@ -182,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         h_ratio = pr.pod_hours / orc.pod_hours
         ok = (pr.unserved_share <= 0.2 * re.unserved_share) and h_ratio <= 1.2
         all_ok &= ok
+        if args.frontier:
+            best, label = frontier(path, args.days, args.warmup, re.unserved_share)
+            frontiers.append(f"  {path.name}: cheapest at unserved <= 0.2 x reactive: {best:.2f} x oracle ({label})")
         w = r["within"]
         print(f"{r['trace']:44} {r['days']:5.1f} {quantile:5.2f} | {re.unserved_share:18.4%} "
               f"{pr.unserved_share:9.4%} {orc.unserved_share:7.3%} {u_ratio:6.2f} | {re.pod_hours:15.1f} "
@@ -195,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
               f"simulated on the {args.calibration_days:g} days before the window):")
         for line in chosen:
             print(f"  {line}")
+    if frontiers:
+        print("idealised look-back policies (no HPA, no start-up; pods = ceil(q-quantile of the last W bins known "
+              "a lead earlier / capacity)):")
+        print("\n".join(frontiers))
     return 0 if all_ok else 1
 
 
