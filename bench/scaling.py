@@ -1,6 +1,7 @@
 """Benchmark: reactive HPA vs prescaled HPA (reactive + forecast External metric) vs oracle.
 
-    .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper] [TRACE.csv ...]
+    .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper]
+        [--quantile auto|Q] [--unserved-cost 20] [--frontier] [TRACE.csv ...]
 
 For each trace in ../shared/data/traces/ (beside the repository) (or the given files):
 - the trace is put on the 15 s tick grid by step-hold (each value holds for its own bin, so 5-min and
@@ -13,10 +14,15 @@ For each trace in ../shared/data/traces/ (beside the repository) (or the given f
   demand (AverageValue = per-pod capacity): that is the *reactive* run;
 - *prescaled* adds an External metric served by prescaler: a VirtualMetric with `leadTime: 5m` fed by
   a forecast-source VirtualMetricEvent (`auto` model from adapter.forecast, refit every `--refit` on
-  the trailing 14 days, expression `--expression`, default `upper` = the 0.9 quantile);
+  the trailing 14 days, expression `--expression`, default `upper`);
+- the quantile of `upper`: `--quantile auto` (default) picks, per trace, among `--candidates` the one
+  with the lowest stated cost (pod-hours + `--unserved-cost` x unserved demand in pod-hours), each
+  simulated with this same set-up on the `--calibration-days` before the window (never the window);
+- a forecast source also finds sub-daily periods (an hourly job), see adapter/forecast/README.md;
 - *oracle* has perfect foresight: at t it asks for ceil(peak demand over [t, t + 5m + 15 s] / capacity).
 
-Goals: prescaled unserved share <= 0.2 x reactive, prescaled pod-hours <= 1.2 x oracle.
+Goals: prescaled unserved share <= 0.2 x reactive, prescaled pod-hours <= 1.2 x oracle. Also printed:
+the share of ticks where ready capacity is within +-10 % of demand (tracking quality).
 """
 
 from __future__ import annotations
