@@ -21,15 +21,15 @@ def vme(name: str, kind_block: dict, expression: str = "audience") -> dict:
 
 def engine_with_items() -> Engine:
     engine = Engine(start_sources=False)
-    engine._apply(vme("launch", {"api": {"url": "http://announcer.example/items"}}))
-    engine._apply(vme("predicted", {"forecast": {"history": {"api": {"url": "http://history.example/h.csv"}}}},
+    engine.table.apply(vme("launch", {"api": {"url": "http://announcer.example/items"}}))
+    engine.table.apply(vme("predicted", {"forecast": {"history": {"api": {"url": "http://history.example/h.csv"}}}},
                        "forecast"))
-    engine._on_snapshot("launch", [
+    engine.table.snapshot("launch", [
         Item(start=NOW - 60, end=NOW + 600, values={"audience": 5.0}),
         Item(start=NOW - 30, end=NOW + 60, values={"audience": 2.0, "vip": 1.0}),
         Item(start=NOW + 3600, end=NOW + 7200, values={"audience": 100.0}),  # not yet: not counted
     ])
-    engine._on_snapshot("predicted", [Item(start=NOW - 60, end=NOW + 60, values={"forecast": 9.0})])
+    engine.table.snapshot("predicted", [Item(start=NOW - 60, end=NOW + 60, values={"forecast": 9.0})])
     return engine
 
 
