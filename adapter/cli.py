@@ -194,6 +194,9 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
         return base64.b64decode(data).decode()
 
     context.secrets = resolve_secret
+    from adapter.store.leadtime import AutoLeadTimes
+
+    engine.learn_lead_times(AutoLeadTimes(api_client))  # leadTime: Auto (read-only: deployments, pods)
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)

@@ -175,3 +175,52 @@ def test_auto_lead_times_per_virtual_metric_from_its_targets(kube):
     status = learner.status(auto)
     assert status["reason"] == "Measured" and sorted(status["pods"]) == [f"web-{i}" for i in range(4)]
     assert learner.refresh([auto, fixed], events) is False  # nothing new
+
+
+def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
+    """Cluster mode end to end: pods measured through the API -> the served lead -> VM status."""
+    import asyncio
+
+    from helpers import NOW, entry, loaded_engine, metric, schedule_event, settle
+
+    from adapter.labels import parse_selector
+    from adapter.pipeline.query import Values
+    from adapter.store.leadtime import AutoLeadTimes
+
+    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    for i, startup in enumerate([200, 210, 220, 230, 240]):
+        add_pod(kube, f"web-{i}", startup)
+    # A batch announced 280 s ahead: the 5-minute fallback lead serves it at NOW already, the learnt
+    # 236 + 15 = 251 s lead only from NOW + 29 s.
+    items = [{"start": NOW + 280, "end": NOW + 600, "values": {"n": 7}}]
+    docs = [metric("rps", leadTime="Auto"), schedule_event("launch", items, [entry("shop", "web", "n")])]
+
+    def served(engine, at):
+        result = engine.query("rps", "shop", parse_selector("resource=web"), at)
+        assert isinstance(result, Values), result
+        return [v.value for v in result.values]
+
+    async def go():
+        engine = await loaded_engine(docs)
+        assert engine.metrics["rps"].metric.lead_time == FALLBACK_LEAD  # until measured
+        engine.learn_lead_times(AutoLeadTimes(kube.api_client()))
+        for _ in range(500):  # bounded wait for the first measurement (API calls in a thread)
+            if engine.metrics["rps"].metric.lead_time != FALLBACK_LEAD:
+                break
+            await asyncio.sleep(0.01)
+        await settle(engine)
+        status = engine.statuses()[("VirtualMetric", "rps")][1]
+        lead = engine.metrics["rps"].metric.lead_time
+        values = served(engine, NOW), served(engine, NOW + 40)
+        engine.apply(metric("rps", leadTime="Auto", defaultValue=1))  # a spec change keeps the learnt lead
+        await settle(engine)
+        kept = engine.metrics["rps"].metric.lead_time
+        await engine.stop()
+        return status, lead, values, kept
+
+    status, lead, (at_now, later), kept = asyncio.run(go())
+    assert lead == pytest.approx(236.0 + 15.0) and kept == lead
+    assert status["learnedLeadTime"]["seconds"] == pytest.approx(lead)
+    assert sorted(status["learnedLeadTime"]["pods"]) == [f"web-{i}" for i in range(5)]
+    assert at_now == [0.0] and later == [7.0]

@@ -93,3 +93,39 @@ def test_regressor_config_errors_name_the_field(regressors, path, message):
     with pytest.raises(ValidationError) as err:
         ForecastSource.parse_config(spec, PATH)
     assert f"{PATH}.{path}" in str(err.value) and message in str(err.value)
+
+
+def test_fitted_coefficients_in_the_event_status_fit_the_crd(server):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from helpers import event_status, fetch_all, loaded_engine, metric
+
+    from adapter.store.status import complete_status
+
+    publish(server)
+    doc = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "fc"},
+           "spec": {"source": {"forecast": block(server)},
+                    "metrics": [{"name": "rps", "resource": {"namespace": "shop", "name": "web"},
+                                 "value": {"expression": "baseline + events"}}]}}
+
+    async def go():
+        engine = await loaded_engine([metric("rps"), doc], now=NOW)
+        await fetch_all(engine)
+        status = event_status(engine, "fc")
+        await engine.stop()
+        return status
+
+    status = asyncio.run(go())
+    (series,) = status["regressors"]
+    assert series["regressors"][0]["name"] == "audience"
+    assert series["regressors"][0]["coefficient"] == pytest.approx(BETA, rel=0.15)
+    crds = Path(__file__).resolve().parent.parent / "deploy" / "crds"
+    spec = importlib.util.spec_from_file_location("prescaler_crd_validate_regressors", crds / "validate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    validators = module.load_validators(crds)
+    full = {**doc, "status": complete_status(1, status, {}, "2026-11-29T00:00:00Z")}
+    assert module.validate_documents([full], validators) == []

@@ -142,7 +142,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     if effects is not None:
         print("regressor,coefficient,stderr,samples")
         for row in effects.as_dict():  # type: ignore[attr-defined]
-            print(f"{row['name']},{row['coefficient']:g},{row['stderr']:g},{row['samples']}")
+            print(f"{row['name']},{row['coefficient']:g},{row.get('stderr', '')},{row['samples']}")
     return 0
 
 

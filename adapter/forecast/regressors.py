@@ -45,13 +45,17 @@ class Effects:
 
     def as_dict(self) -> list[dict[str, float | int | str]]:
         """For status and CLI output: one row per regressor."""
-        return [{"name": name, "coefficient": _round(float(b)), "stderr": _round(float(s)),
-                 "samples": int(n)}
-                for name, b, s, n in zip(self.names, self.beta, self.stderr, self.samples)]
+        rows: list[dict[str, float | int | str]] = []
+        for name, b, s, n in zip(self.names, self.beta, self.stderr, self.samples):
+            row: dict[str, float | int | str] = {"name": name, "coefficient": _round(float(b)), "samples": int(n)}
+            if math.isfinite(s):  # a regressor that never fired has no error estimate (and JSON no inf)
+                row["stderr"] = _round(float(s))
+            rows.append(row)
+        return rows
 
     def describe(self) -> str:
-        return ", ".join(f"{r['name']}: {r['coefficient']:g} ± {r['stderr']:g} per unit ({r['samples']} steps)"
-                         for r in self.as_dict())
+        return ", ".join(f"{r['name']}: {r['coefficient']:g} ± {r.get('stderr', math.inf):g} per unit "
+                         f"({r['samples']} steps)" for r in self.as_dict())
 
 
 def _round(x: float) -> float:

@@ -17,6 +17,7 @@ drawn from its workload model.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -240,4 +241,35 @@ class AutoLeadTimes:
         return estimate.status() if estimate is not None else None
 
 
-__all__ = ["AutoLeadTimes", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
+def apply_learned_leads(metric_states: Iterable[Any], learner: AutoLeadTimes) -> bool:
+    """Give every Auto VirtualMetric (pipeline MetricState.metric) its learnt lead; True if one changed."""
+    changed = False
+    for state in metric_states:
+        vm = state.metric
+        if vm is not None and vm.lead_time_auto:
+            lead = learner.lead_time(vm)
+            if vm.lead_time != lead:
+                state.metric = dataclasses.replace(vm, lead_time=lead)
+                changed = True
+    return changed
+
+
+async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = AutoLeadTimes.REFRESH) -> None:
+    """Cluster mode: re-measure the Auto VirtualMetrics' targets every `interval` (API calls in a thread)."""
+    import asyncio
+    import logging
+
+    log = logging.getLogger("prescaler.leadtime")
+    while True:
+        metrics = [s.metric for s in list(engine.metrics.values()) if s.metric is not None]
+        if any(vm.lead_time_auto for vm in metrics):
+            events = [s.vme for s in list(engine.events.values()) if s.vme is not None]
+            try:
+                if await asyncio.to_thread(learner.refresh, metrics, events):
+                    engine.lead_times_changed()
+            except Exception:  # noqa: BLE001 - a bug here must not stop serving; the fixed fallback stays
+                log.exception("leadTime: Auto measurement failed")
+        await asyncio.sleep(interval)
+
+
+__all__ = ["AutoLeadTimes", "apply_learned_leads", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
