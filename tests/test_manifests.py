@@ -220,7 +220,10 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     status = {("prescaler.pingpong.ai", f"{res}/status", verb, "")
               for res in ("virtualmetrics", "virtualmetricevents") for verb in ("update", "patch")}
     leases = {("coordination.k8s.io", "leases", verb, NAMESPACE) for verb in ("get", "create", "update")}
-    assert granted == crs | status | leases
+    # leadTime: Auto reads the scale target's pods (read-only).
+    lead = {(group, res, verb, "") for group, res in (("apps", "deployments"), ("apps", "replicasets"), ("", "pods"))
+            for verb in ("get", "list")}
+    assert granted == crs | status | leases | lead
     assert not any(g[1] == "secrets" for g in granted)
 
 
