@@ -320,8 +320,14 @@ def forecast_source() -> Schema:
         "name": string("Name shown in status and notes.", r"^[A-Za-z_][A-Za-z0-9_]{0,62}$", 63),
         "value": string("The item value to read (default: name).", max_length=253),
         "history": history("The announced values of the past (e.g. prescaler_announced_value): prometheus or api."),
-        "future": obj("What is announced ahead: exactly one of api or schedule.", {
-            "api": api_source(), "schedule": schedule_source(),
+        # The api/schedule blocks are checked by prescaler (errors name the field): embedding their full
+        # schemas again would double the CRD and multiply its CEL cost estimate by the list sizes.
+        "future": obj("What is announced ahead: exactly one of api or schedule (the same fields as those "
+                      "source kinds).", {
+            "api": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                    "description": "An api source's fields (url, headers, tls, ...)."},
+            "schedule": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                         "description": "A schedule source's fields (items, recurring, timeZone)."},
         }, rules=[("has(self.api) != has(self.schedule)", "exactly one of api or schedule is required")]),
     }, required=["name", "history", "future"])
     return obj("Forecast future items from history with a numpy model.", {
