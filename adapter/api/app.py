@@ -91,7 +91,10 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
-        return "value", await self._value(scope, send, parts[1], parts[2])
+        code = await self._value(scope, send, parts[1], parts[2])
+        # 200 and 503 answer only for a defined metric; other names fold into one label (bounded cardinality)
+        obs.record_query(parts[2], code, code in (200, 503))
+        return "value", code
 
     async def _discovery(self, send: Send, method: str, body: bytes) -> int:
         if method not in ("GET", "HEAD"):
@@ -137,6 +140,8 @@ class PrescalerApp:
             return 400, wire.status(400, "BadRequest", message), now
         result = self.provider.query(metric, namespace, selector, now)
         if isinstance(result, Values):
+            for target in result.values:  # what the HPA now sees, for dashboards (bounded LRU)
+                obs.record_served(metric, target.namespace, target.name, target.value)
             return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
         if isinstance(result, MetricNotFound):
             return 404, wire.status(404, "NotFound", result.message), math.inf
