@@ -36,7 +36,7 @@ def test_backtest_shows_the_coefficient_and_the_fused_model_wins(tmp_path, capsy
     load = 100 + 40 * np.sin(2 * np.pi * np.arange(n) / 288) + rng.normal(0, 3, n) + 5.0 * announced
     trace = write_series(tmp_path / "load.csv", times, load)
     events = write_series(tmp_path / "audience.csv", times, announced)
-    code, out, err = run(["backtest", "--trace", trace, "--horizon", "15m", "--origins", "24",
+    code, out, err = run(["backtest", "--history", trace, "--horizon", "15m", "--origins", "24",
                           "--regressor", f"audience={events}"], capsys)
     assert code == 0, err
     lines = out.splitlines()
@@ -50,5 +50,5 @@ def test_backtest_shows_the_coefficient_and_the_fused_model_wins(tmp_path, capsy
 def test_bad_regressor_argument_is_one_clear_line(tmp_path, capsys):
     times = 1_700_000_100 + STEP * np.arange(600)
     trace = write_series(tmp_path / "load.csv", times, np.ones(600))
-    code, _, err = run(["backtest", "--trace", trace, "--horizon", "15m", "--regressor", "nofile"], capsys)
+    code, _, err = run(["backtest", "--history", trace, "--horizon", "15m", "--regressor", "nofile"], capsys)
     assert code == 2 and "--regressor 'nofile': expected NAME=FILE.csv" in err
