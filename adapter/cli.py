@@ -307,9 +307,10 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
         return base64.b64decode(data).decode()
 
     context.secrets = resolve_secret
-    from adapter.store.leadtime import AutoLeadTimes
+    from adapter.store.leadtime import AutoLeadTimes, hpa_reader
 
-    engine.learn_lead_times(AutoLeadTimes(api_client))  # leadTime: Auto (read-only: deployments, pods)
+    # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
+    engine.learn_lead_times(AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client)))
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)

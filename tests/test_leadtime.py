@@ -224,3 +224,33 @@ def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
     assert status["learnedLeadTime"]["seconds"] == pytest.approx(lead)
     assert sorted(status["learnedLeadTime"]["pods"]) == [f"web-{i}" for i in range(5)]
     assert at_now == [0.0] and later == [7.0]
+
+
+def test_ramp_comes_from_the_hpa_that_scales_the_target(kube):
+    from adapter.store.leadtime import AutoLeadTimes, hpa_reader
+
+    kube.register_type(ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True,
+                                    status_subresource=True))
+    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    for i, startup in enumerate([100, 100, 100]):
+        add_pod(kube, f"web-{i}", startup)
+    kube.apply(hpa(ONE_POD_A_MINUTE))  # scales shop/web one pod a minute: 2 -> 4 takes a minute more
+    other = hpa({})
+    other["metadata"]["name"] = "other"
+    other["spec"]["scaleTargetRef"]["name"] = "other"
+    kube.apply(other)
+    read = hpa_reader(kube.api_client())
+    assert read("shop", "nobody") is None
+    assert measure_lead_time(kube.api_client(), "shop", {"kind": "Deployment", "name": "web"},
+                             read("shop", "web")).seconds == pytest.approx(100.0 + 15.0 + 60.0)
+    from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
+    from adapter.sources.base import CommonSourceSettings
+
+    vm = VirtualMetric(name="rps", metric_name="rps", lead_time=FALLBACK_LEAD, lead_time_auto=True)
+    vme = VirtualMetricEvent(name="e", source=SourceSpec(kind="api", config=None, common=CommonSourceSettings(),
+                                                         raw={}),
+                             metrics=(MetricEntry("rps", ResourceRef("shop", "web"), "n"),))
+    learner = AutoLeadTimes(kube.api_client(), hpa_for=read)
+    learner.refresh([vm], [vme])
+    assert learner.status(vm)["rampSeconds"] == 60.0

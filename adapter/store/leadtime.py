@@ -185,6 +185,35 @@ def measure_lead_time(api_client: Any, namespace: str, target: Mapping[str, str]
     return learn_lead_time(pod_startups(pods), hpa, current, fallback=fallback)
 
 
+def hpa_reader(api_client: Any) -> Any:
+    """(namespace, deployment) -> the HpaSpec of the HPA that scales it, or None (then: default policy).
+
+    Read-only (get/list horizontalpodautoscalers); an HPA that cannot be parsed counts as none."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from adapter.errors import ValidationError
+    from adapter.sim.hpa_spec import parse_hpa
+
+    def read(namespace: str, name: str) -> HpaSpec | None:
+        try:
+            listing = _json(client.AutoscalingV2Api(api_client).list_namespaced_horizontal_pod_autoscaler(
+                namespace, _preload_content=False))
+        except (ApiException, ValueError, OSError):
+            return None
+        for doc in listing.get("items") or []:
+            ref = (doc.get("spec") or {}).get("scaleTargetRef") or {}
+            if ref.get("kind") == "Deployment" and ref.get("name") == name:
+                try:
+                    return parse_hpa({**doc, "apiVersion": "autoscaling/v2",
+                                      "kind": "HorizontalPodAutoscaler"}, "hpa")
+                except ValidationError:
+                    return None
+        return None
+
+    return read
+
+
 class AutoLeadTimes:
     """Cluster mode: the learnt lead of every `leadTime: Auto` VirtualMetric.
 
@@ -272,4 +301,4 @@ async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = A
         await asyncio.sleep(interval)
 
 
-__all__ = ["AutoLeadTimes", "apply_learned_leads", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
+__all__ = ["AutoLeadTimes", "apply_learned_leads", "hpa_reader", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
