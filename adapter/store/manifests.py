@@ -8,7 +8,9 @@
 - Invalid objects are handed to the engine like valid ones: it records their errors per object,
   so one bad object never hides the others.
 - `kind: Secret` documents (data or stringData) serve as the secret store for source headers.
-- Other kinds (an HPA beside the metrics, say) are ignored.
+- `on_documents` (optional) sees every document after each reload: HorizontalPodPrescalers are
+  checked against the HPAs in the same files that way (adapter/store/hpp_local.py).
+- Other kinds are ignored.
 - A reload never stops at one bad file or object: an unreadable file keeps its last good objects,
   an object the sink cannot take is left out (and logged), and everything else is applied.
 - YAML aliases are bounded: a file whose aliases would expand to more than MAX_ALIAS_EXPANSION
@@ -22,7 +24,7 @@ import asyncio
 import base64
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ class ManifestStore:
         self.poll_interval = poll_interval
         self.files: dict[Path, _FileState] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.on_documents: Callable[[list[dict[str, Any]]], None] | None = None
         self._task: asyncio.Task[None] | None = None
         for path in self.paths:
             if not path.exists():
@@ -134,6 +137,11 @@ class ManifestStore:
         self.secrets = secrets
         self._resync(KIND_METRIC, list(metrics.values()))
         self._resync(KIND_EVENT, list(events.values()))
+        if self.on_documents is not None:
+            try:
+                self.on_documents([doc for path in sorted(self.files) for doc in self.files[path].docs])
+            except Exception:  # noqa: BLE001 - the objects above are applied whatever this does
+                log.exception("checking the reloaded documents failed")
 
     def _resync(self, kind: str, docs: list[dict[str, Any]]) -> None:
         """Hand `docs` to the sink; if that fails, apply them one by one, leave out (and log) the ones
