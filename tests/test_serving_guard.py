@@ -11,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,38 @@ def test_a_body_trickling_in_after_the_answer_is_closed(server: ServerThread) ->
                 break
             closed = _closed_within(conn, 0.2)
         assert closed
+
+
+def test_a_client_that_stops_reading_the_answer_is_closed_after_the_write_timeout() -> None:
+    chunk, chunks = b"x" * 65536, 256  # 16 MiB: far more than the socket buffers hold
+    finished = threading.Event()
+
+    async def big_app(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(chunk) * chunks).encode())]})
+        for _ in range(chunks):  # waits for the transport to drain while the client does not read
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        finished.set()  # reached once the connection is gone (sends become no-ops) or all was read
+
+    with ServerThread(big_app, _options(write_timeout_seconds=0.5, header_timeout_seconds=30)) as srv:
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.settimeout(5)
+        raw.connect(("127.0.0.1", srv.port))
+        with _client_ctx().wrap_socket(raw, server_hostname="localhost") as conn:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # and never read
+            assert finished.wait(15), "the request stayed blocked on a client that does not read"
+            received = 0
+            conn.settimeout(5)
+            try:
+                while data := conn.recv(65536):
+                    received += len(data)
+            except (ssl.SSLError, ConnectionError):
+                pass
+            assert received < len(chunk) * chunks  # the server gave up and closed the connection
 
 
 def test_complete_requests_are_answered_on_a_kept_alive_connection(server: ServerThread) -> None:

@@ -9,6 +9,9 @@ any credential), so every connection must cost bounded memory for a bounded time
   connection opens and after every response; unless a complete request head arrives before it fires,
   the connection is closed. (A body still trickling in for a request already answered counts as
   waiting too: no endpoint here reads request bodies.)
+- **Write timeout.** A client that sends a request and then stops reading leaves the answer in
+  the transport's buffer and the request's task waiting for it to drain, forever; once writing has
+  been paused for ``write_timeout_seconds`` the connection is closed.
 - **Connection cap.** Past ``max_connections`` open connections a new one is closed right after the
   handshake, with one warning line per interval saying so (not one per connection).
 - **Handshake timeout.** asyncio's default is 60 s for a client that opens TCP and never finishes
@@ -40,6 +43,8 @@ log = logging.getLogger("prescaler.serving")
 @dataclass(frozen=True)
 class ConnectionLimits:
     header_timeout_seconds: float = 10.0
+    # A client that stops reading while an answer is being written (the transport's buffer full).
+    write_timeout_seconds: float = 30.0
     max_connections: int = 1000
     handshake_timeout_seconds: float = 10.0
     tls_read_buffer_bytes: int = 32 * 1024
@@ -134,6 +139,7 @@ class GuardedH11Protocol(H11Protocol):
 
     _refused = False
     _head_timer: asyncio.TimerHandle | None = None
+    _write_timer: asyncio.TimerHandle | None = None
 
     # -- connection cap ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -150,6 +156,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_write_timer()
         if self._refused:
             return  # never entered the server's bookkeeping
         super().connection_lost(exc)
@@ -193,6 +200,29 @@ class GuardedH11Protocol(H11Protocol):
         # a connection that stays completely silent sooner.
         if self._waiting_for_request_head():
             self._arm_head_timer()
+
+    # -- write timeout -----------------------------------------------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.limits.write_timeout_seconds, self._on_write_timeout)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel_write_timer()
+
+    def _cancel_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _on_write_timeout(self) -> None:
+        self._write_timer = None
+        if not self.transport.is_closing():
+            self.timeout_log.warning(
+                "closing connection from %s: the client read nothing of the answer for %g s",
+                _peer_text(self.client), self.limits.write_timeout_seconds)
+            self.transport.abort()
 
     # -- malformed input ---------------------------------------------------------------------
     def send_400_response(self, msg: str) -> None:
