@@ -40,6 +40,7 @@ from tests.e2e.support import NAMESPACE, PrescalerProcess, apiservice_available,
 from tests.helpers import free_port
 
 log = logging.getLogger("e2e")
+logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls would drown the timeline in the log
 _FAILED_RUNS: list[Path] = []
 
 

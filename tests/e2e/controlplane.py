@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -297,11 +298,11 @@ class ControlPlane:
         ], self.logs / "kube-apiserver.log").start()
         self.processes["kube-apiserver"] = proc
         write_kubeconfig(self.admin_kubeconfig, self.server, p("ca.crt"), cert=p("admin.crt"), key=p("admin.key"))
-        verify = self.pki.path("ca.crt")
-        cert = (p("admin.crt"), p("admin.key"))
+        verify = ssl.create_default_context(cafile=p("ca.crt"))
+        verify.load_cert_chain(p("admin.crt"), p("admin.key"))
 
         def ready() -> bool:
-            with httpx.Client(verify=verify, cert=cert, timeout=5) as http:
+            with httpx.Client(verify=verify, timeout=5) as http:
                 return http.get(f"{self.server}/readyz").status_code == 200
 
         proc.wait_until(ready, 180, "ready (/readyz)")
