@@ -35,8 +35,18 @@ export CGO_ENABLED=0
 
 # --- kube-apiserver, kube-controller-manager -------------------------------------------------------
 log "resolving k8s.io/kubernetes v$K8S_VERSION"
-gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("GoMod") or ""); sys.exit(1 if d.get("Error") else 0)') \
-  || die "go mod download k8s.io/kubernetes@v$K8S_VERSION failed (is the Go module proxy reachable?)"
+# `go mod download -json` reports a failure in the JSON's Error field (and exits non-zero).
+gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" 2>&1 | python3 -c '
+import json, sys
+text = sys.stdin.read()
+try:
+    d = json.loads(text)
+except ValueError:
+    sys.exit(text.strip() or "no output")
+if d.get("Error") or not d.get("GoMod"):
+    sys.exit(d.get("Error") or "no go.mod in the download")
+print(d["GoMod"])') \
+  || die "module k8s.io/kubernetes version v$K8S_VERSION cannot be downloaded (error above; is the Go module proxy $(go env GOPROXY) reachable?)"
 staging_version="v0.${K8S_VERSION#1.}"
 go_directive=$(awk '/^go [0-9]/{print $2; exit}' "$gomod")
 

@@ -137,13 +137,29 @@ def seed_announcer() -> Iterator[Announcer]:
     server.close()
 
 
+def installed_kinds() -> set[str]:
+    kinds: set[str] = set()
+    for crd in (ROOT / "deploy/crds").glob("*.yaml"):
+        kinds.update(d["spec"]["names"]["kind"] for d in yaml.safe_load_all(crd.read_text()) if d)
+    return kinds
+
+
 @pytest.fixture(scope="session")
 def seed(plane: ControlPlane, prescaler: PrescalerProcess, seed_announcer: Announcer) -> dict[str, str]:
-    """The seed's manifests applied verbatim (their kubectl output is returned), then the VME pointed at
-    the test's announcer instead of stage.pingpong.ai (the only change)."""
+    """The seed's manifests applied verbatim (kubectl's output per file is returned; files whose kind has
+    no CRD in deploy/crds/ are not applied), then the VME pointed at the test's announcer instead of
+    stage.pingpong.ai (the only change)."""
+    kinds = installed_kinds()
     results = {}
-    for name in ("virtualmetric.yaml", "virtualmetricevent.yaml"):
-        results[name] = plane.kubectl("apply", "-f", str(ROOT / "examples/seed" / name)).stdout.strip()
+    for path in sorted((ROOT / "examples/seed").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc["kind"] not in kinds:
+            log.warning("seed %s not applied: kind %s has no CRD in deploy/crds/", path.name, doc["kind"])
+            continue
+        namespace = doc["metadata"].get("namespace")
+        if namespace:  # the seed's namespaced objects live in the workload's namespace
+            plane.kubectl("create", "namespace", namespace, check=False)
+        results[path.name] = plane.kubectl("apply", "-f", str(path)).stdout.strip()
     vme = yaml.safe_load((ROOT / "examples/seed/virtualmetricevent.yaml").read_text())
     vme["spec"]["source"]["api"]["url"] = seed_announcer.url
     vme["spec"]["source"]["interval"] = "5s"
