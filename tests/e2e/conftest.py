@@ -107,8 +107,13 @@ def installed(plane: ControlPlane, certs: Path) -> int:
     port = free_port()
     plane.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "prescaler", "namespace": NAMESPACE},
                  "spec": {"type": "ExternalName", "externalName": "127.0.0.1"}})
-    apiservice = yaml.safe_load((certs / "apiservice.yaml").read_text())
-    apiservice["spec"]["service"]["port"] = port  # the local process's port instead of the Service's 443
+    # apiservice/apiservice.yaml with the caBundle `prescaler certs` computed (its own apiservice.yaml
+    # must register the same thing), and the local process's port instead of the Service's 443.
+    apiservice = yaml.safe_load((ROOT / "apiservice/apiservice.yaml").read_text())
+    generated = yaml.safe_load((certs / "apiservice.yaml").read_text())
+    assert {**apiservice["spec"], "caBundle": generated["spec"]["caBundle"]} == generated["spec"]
+    apiservice["spec"]["caBundle"] = generated["spec"]["caBundle"]
+    apiservice["spec"]["service"]["port"] = port
     plane.apply(apiservice)
     return port
 
