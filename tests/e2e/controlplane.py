@@ -34,6 +34,7 @@ Run by hand:  python -m tests.e2e.controlplane  (starts everything, prints the k
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -238,6 +239,9 @@ class ControlPlane:
             if not (self.bin_dir / binary).exists():
                 raise ComponentFailed(f"{self.bin_dir / binary} does not exist (scripts/controlplane/build.sh)")
         self.pki.create()
+        # The components run in their own sessions (a Ctrl-C reaches pytest, which stops them in order);
+        # should the interpreter exit without fixture teardown, nothing is left running either.
+        atexit.register(self.stop)
         try:
             self._start_etcd()
             self._start_apiserver()
