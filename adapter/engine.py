@@ -94,7 +94,7 @@ class Engine:
         self._call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        self._call(lambda: self._handle(self.table.delete(kind, name)))
+        self._call(lambda: self._delete(kind, name))
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -102,7 +102,7 @@ class Engine:
             for doc in docs:
                 self._handle(self.table.apply(doc))
             for name in [n for n in self.table.names(kind) if n not in names]:
-                self._handle(self.table.delete(kind, name))
+                self._delete(kind, name)
             self._synced_kinds.add(kind)
         self._call(run)
 
@@ -114,6 +114,11 @@ class Engine:
             func()
         else:
             self._loop.call_soon_threadsafe(func)
+
+    def _delete(self, kind: str, name: str) -> None:
+        if kind == KIND_EVENT:
+            obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
+        self._handle(self.table.delete(kind, name))
 
     def _on_snapshot(self, name: str, items: list[Item]) -> None:
         self._handle(self.table.snapshot(name, items))
@@ -129,7 +134,7 @@ class Engine:
             if self.start_sources and self._loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
-            obs.CONTRIBUTIONS_DROPPED.labels(event=event).inc(count)
+            obs.record_expression_failures(event, count)
         if change.rebuild:
             self._schedule_rebuild(change.partitions)
         elif change.changed:
@@ -161,25 +166,19 @@ class Engine:
                 # The numpy work runs off the loop so queries keep being answered meanwhile.
                 self.published = await asyncio.to_thread(build_published, self.names.served, self.table.feeds(),
                                                          self.clock(), self.published, dirty)
-                obs.TIMELINE_REBUILDS.inc()
-                obs.TIMELINE_REBUILD_SECONDS.observe(time.perf_counter() - started)
-                obs.TIMELINE_KEYS.set(self.published.key_count())
+                obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
                 self.status.changed()
         finally:
             self._rebuilding = False
 
     # ---------------------------------------------------------------- status
 
-    def desired_status(self) -> Statuses:
-        return self.status.current()
-
     def statuses(self) -> Statuses:
         now = self.clock()
         for name, state in self.events.items():
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
-        obs.OBJECTS_INVALID.labels(kind=KIND_METRIC).set(sum(1 for m in self.metrics.values() if m.error)
-                                                         + len(self.names.conflicts))
-        obs.OBJECTS_INVALID.labels(kind=KIND_EVENT).set(sum(1 for e in self.events.values() if e.error))
+        obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
+                                   sum(1 for e in self.events.values() if e.error))
         return all_statuses(self.metrics, self.events, self.published, now)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)

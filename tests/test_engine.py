@@ -277,7 +277,7 @@ def test_a_rejected_new_event_gets_its_status_written() -> None:
         status = None
         for _ in range(200):  # the status refresh is coalesced over a short delay
             await asyncio.sleep(0.01)
-            status = engine.desired_status().get(("VirtualMetricEvent", "broken"))
+            status = engine.status.current().get(("VirtualMetricEvent", "broken"))
             if status is not None and notified:
                 break
         await engine.stop()

@@ -31,6 +31,7 @@ def metric_status(state: MetricState, names: MetricNames, published: Published) 
     elif conflict is not None:
         status["conditions"] = [condition("Ready", False, "MetricNameConflict", conflict, gen)]
     else:
+        status["metricName"] = state.metric.metric_name  # the CRD's Metric column: spec.name may default
         status["targets"] = published.target_count(state.metric.metric_name)
         status["conditions"] = [condition("Ready", True, "Valid", "metric is served", gen)]
     return status
