@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapter import heap
 from adapter import observability as obs
+from adapter.handoff import LoopHandOff
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
 from adapter.pipeline.contributions import Partition
-from adapter.pipeline.incremental import update_targets
+from adapter.pipeline.incremental import publish_changes, split_targets
+from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
 from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
-from adapter.pipeline.publish import EMPTY, EventFeed, Published, build_published
+from adapter.pipeline.publish import EMPTY, Published
 from adapter.pipeline.query import MetricNotFound, Outcome, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
 from adapter.resources import KIND_EVENT, KIND_METRIC
@@ -51,10 +52,7 @@ class Engine:
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
         self.published: Published = EMPTY
         self.names = MetricNames({}, {})
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._pending: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        self._handoff = LoopHandOff()  # store and watcher threads call in; state changes on the loop only
         self._rebuild_handle: asyncio.TimerHandle | None = None
         self._rebuilding = False
         self._dirty: set[Partition] | None = None  # partitions to rebuild; None: everything
@@ -64,16 +62,13 @@ class Engine:
         self._changed = False
         self.status = StatusBoard(self.statuses)
         self._synced_kinds: set[str] = set()
+        self.lead_times: LeadTimes | None = None  # leadTime: Auto, measured at the edge (adapter.store.leadtime)
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
-        self.status.attach(self._loop)
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for call in pending:
-            call()
+        self.status.attach(asyncio.get_running_loop())
+        self._handoff.attach(asyncio.get_running_loop())
         self._schedule_rebuild(None, 0.0)
 
     async def stop(self) -> None:
@@ -96,15 +91,15 @@ class Engine:
 
     @property
     def busy(self) -> bool:  # a change is waiting to be published
-        return self._changed or self._rebuilding or self._rebuild_handle is not None or bool(self._pending)
+        return self._changed or self._rebuilding or self._rebuild_handle is not None or self._handoff.pending
 
     # ---------------------------------------------------------------- ObjectSink (thread-safe)
 
     def apply(self, doc: Mapping[str, Any]) -> None:
-        self._call(lambda: self._handle(self.table.apply(doc)))
+        self._handoff.call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        self._call(lambda: self._delete(kind, name))
+        self._handoff.call(lambda: self._delete(kind, name))
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -115,16 +110,7 @@ class Engine:
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._delete(kind, name)
             self._synced_kinds.add(kind)
-        self._call(run)
-
-    def _call(self, func: Callable[[], None]) -> None:
-        if self._loop is None:
-            with self._lock:
-                self._pending.append(func)
-        elif threading.get_ident() == self._loop_thread:
-            func()
-        else:
-            self._loop.call_soon_threadsafe(func)
+        self._handoff.call(run)
 
     def _delete(self, kind: str, name: str) -> None:
         if kind == KIND_EVENT:
@@ -137,15 +123,16 @@ class Engine:
     def _handle(self, change: objects.Change) -> None:
         """Carry out a change's side effects: sources stopped and started, counters, a rebuild."""
         for runner in change.stop:
-            if self._loop is not None:
-                self._loop.create_task(runner.stop())
+            if self._handoff.loop is not None:
+                self._handoff.loop.create_task(runner.stop())
         for state, source in change.start:
             state.runner = SourceRunner(state.name, source, self._on_snapshot, clock=self.clock,
                                         on_health=lambda _name: self.status.changed())
-            if self.start_sources and self._loop is not None:
+            if self.start_sources and self._handoff.loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
             obs.record_expression_failures(event, count)
+        self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
         if change.targets:
             for partition, resources in change.targets.items():
                 self._dirty_targets.setdefault(partition, set()).update(resources)
@@ -156,13 +143,22 @@ class Engine:
         elif change.changed:
             self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
 
+    def lead_times_changed(self) -> None:
+        """The learnt leads changed (loop thread): serve with them and show them in status."""
+        self._apply_learned_leads()
+        self.status.changed()
+
+    def _apply_learned_leads(self) -> None:
+        if self.lead_times is not None and apply_learned_leads(self.metrics.values(), self.lead_times):
+            self._schedule_rebuild(None)
+
     # ---------------------------------------------------------------- rebuild
 
     def _schedule_rebuild(self, partitions: set[Partition] | None, delay: float | None = None) -> None:
         self._changed = True
         self._dirty = None if partitions is None or self._dirty is None else self._dirty | partitions
-        if self._loop is not None and self._rebuild_handle is None and not self._rebuilding:
-            self._rebuild_handle = self._loop.call_later(self.rebuild_delay if delay is None else delay,
+        if self._handoff.loop is not None and self._rebuild_handle is None and not self._rebuilding:
+            self._rebuild_handle = self._handoff.loop.call_later(self.rebuild_delay if delay is None else delay,
                                                          self._start_rebuild)
 
     def _start_rebuild(self) -> None:
@@ -187,17 +183,17 @@ class Engine:
                     # time, answering queries in between. In a thread this Python work would make
                     # every request wait for the GIL behind it (a busy thread takes the GIL back for
                     # a whole switch interval each time the loop's I/O lets go of it).
-                    pieces = _chunks(targets, INLINE_TARGETS)
+                    pieces = split_targets(targets, INLINE_TARGETS)
                     for number, piece in enumerate(pieces, 1):
-                        self.published = _publish(self.names.served, feeds, self.clock(), self.published,
-                                                  set(), piece, events)
+                        self.published = publish_changes(self.names.served, feeds, self.clock(), self.published,
+                                                         set(), piece, events)
                         if number < len(pieces):
                             heap.after_publish()
                             await asyncio.sleep(0)
                 else:
                     # Whole partitions: the numpy-heavy build runs off the loop.
-                    self.published = await asyncio.to_thread(_publish, self.names.served, feeds, self.clock(),
-                                                             self.published, dirty, targets, events)
+                    self.published = await asyncio.to_thread(publish_changes, self.names.served, feeds,
+                                                             self.clock(), self.published, dirty, targets, events)
                 heap.after_publish()
                 obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
                 self.status.changed()
@@ -212,7 +208,7 @@ class Engine:
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
         obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
                                    sum(1 for e in self.events.values() if e.error))
-        return all_statuses(self.metrics, self.events, self.published, now)
+        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 
@@ -228,41 +224,4 @@ class Engine:
 
     def preview(self, request: PreviewRequest) -> dict[str, Any] | MetricNotFound:
         return preview_document(self.published, dict(self.events), request)  # may run off the loop
-
-
-def _chunks(targets: dict[Partition, set[str]], size: int) -> list[dict[Partition, set[str]]]:
-    """`targets` split into pieces of at most `size` targets (at least one piece)."""
-    pieces: list[dict[Partition, set[str]]] = [{}]
-    count = 0
-    for partition, resources in targets.items():
-        ordered = sorted(resources)
-        for i in range(0, len(ordered), size):
-            part = ordered[i:i + size]
-            if count + len(part) > size and count:
-                pieces.append({})
-                count = 0
-            pieces[-1].setdefault(partition, set()).update(part)
-            count += len(part)
-    return pieces
-
-
-def _publish(metrics: dict[str, Any], feeds: list[EventFeed], now: float, previous: Published,
-             dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
-    """The next snapshot: whole partitions where objects changed (or everything: `dirty` None), then
-    single targets where only items changed."""
-    with heap.no_collection():
-        return _build(metrics, feeds, now, previous, dirty, targets, events)
-
-
-def _build(metrics: dict[str, Any], feeds: list[EventFeed], now: float, previous: Published,
-           dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
-    if dirty is None:
-        return build_published(metrics, feeds, now)
-    published = build_published(metrics, feeds, now, previous, dirty) if dirty else previous
-    targets = {p: r for p, r in targets.items() if p not in dirty}
-    if targets:
-        published, fallback = update_targets(published, metrics, {f.name: f for f in feeds}, targets, events, now)
-        if fallback:
-            published = build_published(metrics, feeds, now, published, fallback)
-    return published
 

@@ -160,7 +160,7 @@ def test_a_burst_of_snapshots_is_published_in_pieces_and_ends_complete(monkeypat
 
 
 def test_chunks_split_targets_without_losing_any() -> None:
-    from adapter.engine import _chunks
+    from adapter.pipeline.incremental import split_targets as _chunks
 
     targets = {("m", "a"): {f"r{i}" for i in range(25)}, ("m", "b"): {"x", "y"}}
     pieces = _chunks(targets, 10)

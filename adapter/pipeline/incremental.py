@@ -19,10 +19,49 @@ from typing import Any
 
 import numpy as np
 
+from adapter import heap
 from adapter.pipeline.contributions import Partition
-from adapter.pipeline.publish import REBUILD_WORKERS, EventFeed, PartitionView, Published, Target
+from adapter.pipeline.publish import REBUILD_WORKERS, EventFeed, PartitionView, Published, Target, build_published
 from adapter.resources import VirtualMetric
 from adapter.timeline import ContributionArrays, build_timelines
+
+
+def split_targets(targets: dict[Partition, set[str]], size: int) -> list[dict[Partition, set[str]]]:
+    """`targets` split into pieces of at most `size` targets (at least one piece)."""
+    pieces: list[dict[Partition, set[str]]] = [{}]
+    count = 0
+    for partition, resources in targets.items():
+        ordered = sorted(resources)
+        for i in range(0, len(ordered), size):
+            part = ordered[i:i + size]
+            if count + len(part) > size and count:
+                pieces.append({})
+                count = 0
+            pieces[-1].setdefault(partition, set()).update(part)
+            count += len(part)
+    return pieces
+
+
+def publish_changes(metrics: Mapping[str, VirtualMetric], feeds: list[EventFeed], now: float, previous: Published,
+             dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
+    """The next snapshot: whole partitions where objects changed (or everything: `dirty` None), then
+    single targets where only items changed."""
+    with heap.no_collection():
+        return _build(metrics, feeds, now, previous, dirty, targets, events)
+
+
+def _build(metrics: Mapping[str, VirtualMetric], feeds: list[EventFeed], now: float, previous: Published,
+           dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
+    if dirty is None:
+        return build_published(metrics, feeds, now)
+    published = build_published(metrics, feeds, now, previous, dirty) if dirty else previous
+    targets = {p: r for p, r in targets.items() if p not in dirty}
+    if targets:
+        published, fallback = update_targets(published, metrics, {f.name: f for f in feeds}, targets, events, now)
+        if fallback:
+            published = build_published(metrics, feeds, now, published, fallback)
+    return published
+
 
 
 def update_targets(previous: Published, metrics: Mapping[str, VirtualMetric], feeds: Mapping[str, EventFeed],
