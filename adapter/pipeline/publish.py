@@ -47,6 +47,10 @@ class Target:
     labels: Mapping[str, str]
     holders: tuple[SourceRunner, ...] = ()
     holder_names: tuple[str, ...] = ()
+    # Holders that had never fetched successfully when this snapshot was built: their targets are on
+    # hold until a snapshot built after the first success (which always triggers a rebuild), so a
+    # fetch that succeeds mid-rebuild never lets the default through.
+    never_fetched: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class PartitionView:
     timelines: TimelineSet  # may be shared with partitions rebuilt at the same time
     targets: tuple[Target, ...]
     by_resource: Mapping[str, Target]
+    # Sources (onStale: Hold) that name targets from item labels and never fetched successfully: a
+    # target not known yet may be one of theirs, so it is on hold too instead of getting the default.
+    waiting: tuple[tuple[SourceRunner, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,13 +132,26 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     timelines = build_timelines(list(keys), table, ContributionArrays.concat(parts), policy_index=policy_index,
                                 workers=REBUILD_WORKERS)
     grouped: dict[Partition, list[Target]] = {}
+    never_fetched = {event.name for event in events
+                     if event.holder is not None and event.holder.health.last_success is None}
     for k, (metric, ns, resource) in enumerate(keys):
+        names_k = tuple(n for _, n in holders[k])
         grouped.setdefault((metric, ns), []).append(
-            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k])))
+            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), names_k,
+                   frozenset(n for n in names_k if n in never_fetched)))
+    waiting: dict[Partition, list[tuple[SourceRunner, str]]] = {}
+    for event in events:
+        if event.name in never_fetched and event.holder is not None:
+            for entry in event.entries:
+                if (entry.name is None and entry.metric in metrics
+                        and (wanted is None or entry.partition in wanted)):
+                    waiting.setdefault(entry.partition, []).append((event.holder, event.name))
+                    grouped.setdefault(entry.partition, [])
     partitions: dict[Partition, PartitionView] = {}
     if reuse and previous is not None and wanted is not None:
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
     for partition, targets in grouped.items():
         targets.sort(key=lambda t: t.resource)
-        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets})
+        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets},
+                                              tuple(dict.fromkeys(waiting.get(partition, ()))))
     return Published(dict(metrics), partitions, now)
