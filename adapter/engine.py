@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +26,7 @@ from adapter.pipeline.contributions import Partition
 from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import EMPTY, Published, build_published
-from adapter.pipeline.query import MetricNotFound, Outcome, query
+from adapter.pipeline.query import MetricNotFound, Outcome, Values, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
 from adapter.resources import KIND_EVENT, KIND_METRIC
 from adapter.sources.base import SourceContext
@@ -33,6 +34,10 @@ from adapter.sources.runner import SourceRunner
 from adapter.status_board import StatusBoard
 
 log = logging.getLogger("prescaler.engine")
+
+STARTUP_GRACE_SECONDS = 30.0  # longest a first fetch may delay readiness
+MAX_UNKNOWN_TARGETS = 20  # listed per VirtualMetric status (the most recently queried)
+MAX_LOGGED_UNKNOWN = 10_000  # targets remembered as already logged (then the memory starts over)
 
 
 class Engine:
@@ -54,11 +59,18 @@ class Engine:
         self._changed = False
         self.status = StatusBoard(self.statuses)
         self._synced_kinds: set[str] = set()
+        self._warm = False  # every source's first fetch finished once (see synced)
+        self._started_at: float | None = None
+        # metric -> "namespace/name" queried that nothing feeds, least recently queried first
+        self.unknown_targets: dict[str, OrderedDict[str, None]] = {}
+        self._logged_unknown: set[tuple[str, str]] = set()
+        self._warned: dict[str, frozenset[str]] = {}  # event -> warnings already logged
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
         self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        self._started_at = time.monotonic()
         self.status.attach(self._loop)
         with self._lock:
             pending, self._pending = self._pending, []
@@ -76,7 +88,24 @@ class Engine:
 
     @property
     def synced(self) -> bool:
-        return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds
+        """Ready to serve: objects loaded and, at startup, every source's first fetch finished.
+
+        The startup part matters because a source with onStale: Hold answers 503 until its first
+        success; a replica is only put behind the Service once it knows what its peers know (bounded
+        by STARTUP_GRACE_SECONDS, so a hanging source cannot keep it out for good)."""
+        return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds and self._first_fetches_done()
+
+    def _first_fetches_done(self) -> bool:
+        if not self._warm:
+            waiting = [s.name for s in self.events.values() if s.runner is not None
+                       and s.runner.health.last_success is None and s.runner.health.consecutive_failures == 0]
+            late = self._started_at is not None and time.monotonic() - self._started_at > STARTUP_GRACE_SECONDS
+            if not self.start_sources or (not waiting and not self.busy) or late:
+                if waiting:
+                    log.warning("ready although the first fetch of %s has not finished after %gs",
+                                ", ".join(sorted(waiting)[:10]), STARTUP_GRACE_SECONDS)
+                self._warm = True
+        return self._warm
 
     def mark_synced(self, kind: str) -> None:
         self._synced_kinds.add(kind)
@@ -94,7 +123,12 @@ class Engine:
         self._call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        self._call(lambda: self._handle(self.table.delete(kind, name)))
+        def run() -> None:
+            self._handle(self.table.delete(kind, name))
+            if kind == KIND_EVENT:
+                obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
+                self._warned.pop(name, None)
+        self._call(run)
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -103,6 +137,9 @@ class Engine:
                 self._handle(self.table.apply(doc))
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._handle(self.table.delete(kind, name))
+                if kind == KIND_EVENT:
+                    obs.forget_event(name)
+                    self._warned.pop(name, None)
             self._synced_kinds.add(kind)
         self._call(run)
 
@@ -129,7 +166,7 @@ class Engine:
             if self.start_sources and self._loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
-            obs.CONTRIBUTIONS_DROPPED.labels(event=event).inc(count)
+            obs.record_expression_failures(event, count)
         if change.rebuild:
             self._schedule_rebuild(change.partitions)
         elif change.changed:
@@ -180,7 +217,57 @@ class Engine:
         obs.OBJECTS_INVALID.labels(kind=KIND_METRIC).set(sum(1 for m in self.metrics.values() if m.error)
                                                          + len(self.names.conflicts))
         obs.OBJECTS_INVALID.labels(kind=KIND_EVENT).set(sum(1 for e in self.events.values() if e.error))
-        return all_statuses(self.metrics, self.events, self.published, now)
+        self._warn_once()
+        return all_statuses(self.metrics, self.events, self.published, now, self._unknown_targets_now())
+
+    def _warn_once(self) -> None:
+        """Log each event's problems that are not errors (nothing is rejected) once, not per refresh."""
+        published = self.published
+        for name, state in self.events.items():
+            warnings = set()
+            if state.vme is not None and state.error is None:
+                for metric in sorted(state.metric_names - published.metrics.keys()):
+                    warnings.add(f"names metric {metric!r}, which no VirtualMetric defines: it contributes nothing")
+                warnings.update(f"no HPA can query target {t}" for t in state.unreachable)
+            new = frozenset(warnings)
+            for text in sorted(new - self._warned.get(name, frozenset())):
+                log.warning("VirtualMetricEvent %s: %s", name, text)
+            self._warned[name] = new
+
+    def _unknown_targets_now(self) -> dict[str, list[str]]:
+        """Queried targets still unknown (one that an object feeds by now is dropped from the list)."""
+        out: dict[str, list[str]] = {}
+        for metric, targets in self.unknown_targets.items():
+            for target in list(targets):
+                namespace, _, resource = target.partition("/")
+                part = self.published.partitions.get((metric, namespace))
+                if part is not None and resource in part.by_resource:
+                    del targets[target]
+            if targets:
+                out[metric] = list(targets)
+        return out
+
+    def _note_unknown(self, metric: str, namespace: str, resources: tuple[str, ...]) -> None:
+        """A query named targets nothing feeds: log once per target, list in the VirtualMetric's status."""
+        targets = self.unknown_targets.setdefault(metric, OrderedDict())
+        added = False
+        for resource in resources:
+            target = f"{namespace}/{resource}"
+            if target in targets:
+                targets.move_to_end(target)
+            else:
+                targets[target] = None
+                added = True
+                while len(targets) > MAX_UNKNOWN_TARGETS:
+                    targets.popitem(last=False)
+            if (metric, target) not in self._logged_unknown:
+                if len(self._logged_unknown) >= MAX_LOGGED_UNKNOWN:
+                    self._logged_unknown.clear()
+                self._logged_unknown.add((metric, target))
+                log.warning("query for metric %s target %s: no VirtualMetricEvent feeds it, serving the "
+                            "defaultValue (a typo in the HPA's selector or namespace?)", metric, target)
+        if added:
+            self._call(self.status.changed)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 
@@ -188,7 +275,10 @@ class Engine:
         return sorted(self.published.metrics)
 
     def query(self, metric: str, namespace: str, selector: Selector, now: float | None = None) -> Outcome:
-        return query(self.published, metric, namespace, selector, self.clock() if now is None else now)
+        result = query(self.published, metric, namespace, selector, self.clock() if now is None else now)
+        if type(result) is Values and result.unknown:
+            self._note_unknown(metric, namespace, result.unknown)
+        return result
 
     def snapshot(self) -> object:
         """Changes whenever an answer may change other than by time passing."""

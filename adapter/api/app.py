@@ -38,6 +38,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
 MAX_CACHED_RESPONSES = 10_000
+MAX_SERVED_RECORDED = 8  # per answer: an HPA's query names one target
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _GROUP_PREFIX = "/apis/" + wire.GROUP
 _VERSION_PREFIX = f"{_GROUP_PREFIX}/{wire.VERSION}"
@@ -55,8 +56,9 @@ class PrescalerApp:
         self.provider = provider
         self._ready = ready or (lambda: bool(getattr(provider, "synced", True)))
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
-        # (namespace, metric, query) -> (provider snapshot, valid until, status code, body)
-        self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes]] = {}
+        # (namespace, metric, query) -> (provider snapshot, valid until, status code, body, unknown targets)
+        self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes, int]] = {}
+        self._known_metrics: tuple[object, frozenset[str]] = (object(), frozenset())
         self.fastapi = _build_fastapi(self, lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -91,7 +93,11 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
-        return "value", await self._value(scope, send, parts[1], parts[2])
+        metric = parts[2]
+        code = await self._value(scope, send, parts[1], metric)
+        # A metric label only for served names: typos in HPAs cannot grow the series.
+        obs.record_query(metric, code, metric in self._known_metrics[1])
+        return "value", code
 
     async def _discovery(self, send: Send, method: str, body: bytes) -> int:
         if method not in ("GET", "HEAD"):
@@ -117,31 +123,42 @@ class PrescalerApp:
         cache_key = (namespace, metric, query_string)
         cached = self._responses.get(cache_key)
         published = self.provider.snapshot()
+        if self._known_metrics[0] is not published:
+            self._known_metrics = (published, frozenset(self.provider.metric_names()))
         if cached is not None and cached[0] is published and now < cached[1]:
             await _respond(send, cached[2], cached[3], _JSON)
+            if cached[4]:
+                obs.record_unknown_target(metric)
             return cached[2]
-        code, body, valid_until = self._compute_value(query_string, namespace, metric, now)
+        code, body, valid_until, unknown = self._compute_value(query_string, namespace, metric, now)
         if code != 400:
             if len(self._responses) >= MAX_CACHED_RESPONSES:
                 self._responses.clear()
-            self._responses[cache_key] = (published, min(valid_until, math.floor(now) + 1.0), code, body)
+            self._responses[cache_key] = (published, min(valid_until, math.floor(now) + 1.0), code, body, unknown)
         await _respond(send, code, body, _JSON)
+        if unknown:
+            obs.record_unknown_target(metric)
         return code
 
     def _compute_value(self, query_string: bytes, namespace: str, metric: str,
-                       now: float) -> tuple[int, bytes, float]:
+                       now: float) -> tuple[int, bytes, float, int]:
+        """(code, body, valid until, number of unknown targets named)."""
         try:
             selector = parse_query_selector(_label_selector(query_string))
         except (SelectorError, UnicodeDecodeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, SelectorError) else f"invalid query string: {exc}"
-            return 400, wire.status(400, "BadRequest", message), now
+            return 400, wire.status(400, "BadRequest", message), now, 0
         result = self.provider.query(metric, namespace, selector, now)
         if isinstance(result, Values):
-            return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
+            if namespace != "*":  # what an HPA (always namespaced) now sees, for dashboards (bounded LRU)
+                for target in result.values[:MAX_SERVED_RECORDED]:
+                    obs.record_served(metric, target.namespace, target.name, target.value)
+            return (200, wire.external_metric_value_list(metric, result.values, now), result.valid_until,
+                    len(result.unknown))
         if isinstance(result, MetricNotFound):
-            return 404, wire.status(404, "NotFound", result.message), math.inf
-        # SourceOnHold (stale, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
-        return 503, wire.status(503, "ServiceUnavailable", result.message), math.inf
+            return 404, wire.status(404, "NotFound", result.message), math.inf, 0
+        # SourceOnHold (stale or never fetched, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
+        return 503, wire.status(503, "ServiceUnavailable", result.message), math.inf, 0
 
 
 @functools.lru_cache(maxsize=256)

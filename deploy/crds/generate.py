@@ -362,8 +362,13 @@ def virtual_metric_schema() -> Schema:
     }, rules=[("!has(self.min) || !has(self.max) || self.min <= self.max", "min must not be greater than max")])
     status = obj("Observed state, written by prescaler.", {
         "observedGeneration": integer("metadata.generation last processed.", 0, fmt="int64"),
+        "metricName": string("The external metric name actually served: spec.name, or metadata.name when "
+                             "spec.name is not set.", max_length=253),
         "targets": integer("Number of target resources (namespace/name) this metric currently serves.",
                            0, fmt="int64"),
+        "unknownTargets": array("Targets (namespace/name) recently queried that no VirtualMetricEvent feeds; "
+                                "they get the defaultValue. Usually a typo in an HPA's selector.",
+                                string("namespace/name", max_length=317), max_items=20),
         "conditions": {**array("Ready, and the reason when the object is rejected.", condition(), max_items=16),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     })
