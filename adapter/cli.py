@@ -176,6 +176,7 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
 
     from kubernetes import client
 
+    from adapter.store.events import EventRecorder
     from adapter.store.kube import KubeStore, load_api_client
     from adapter.store.lease import LeaseElector
     from adapter.store.status import StatusWriter
@@ -194,7 +195,8 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
-    writer = StatusWriter(api_client, engine.desired_status, elector=elector)
+    writer = StatusWriter(api_client, engine.desired_status, elector=elector,
+                          events=EventRecorder(api_client))  # Events on condition changes
     engine.on_status_change(writer.notify)
     writer.start()
     return {"stoppers": [writer.stop, store.stop], "store": store}

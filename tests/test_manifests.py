@@ -220,7 +220,8 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     status = {("prescaler.pingpong.ai", f"{res}/status", verb, "")
               for res in ("virtualmetrics", "virtualmetricevents") for verb in ("update", "patch")}
     leases = {("coordination.k8s.io", "leases", verb, NAMESPACE) for verb in ("get", "create", "update")}
-    assert granted == crs | status | leases
+    events = {("", "events", "create", "")}  # Events on condition changes
+    assert granted == crs | status | leases | events
     assert not any(g[1] == "secrets" for g in granted)
 
 
