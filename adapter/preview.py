@@ -105,7 +105,7 @@ async def _preview_from_manifests(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(str(exc)) from None
     context.secrets = store.resolve_secret
     store.poll()
-    for error in store.errors.values():
+    for error in [*store.errors.values(), *store.warnings]:
         print(f"warning: {error}", file=sys.stderr)
     snapshots: dict[str, list[Item]] = {}
     runners = [SourceRunner(name, source, snapshots.__setitem__, clock=lambda: start)

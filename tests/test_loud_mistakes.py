@@ -155,3 +155,32 @@ def test_queries_are_counted_per_metric_and_code_and_served_values_exported() ->
     assert _sample("prescaler_queries_total", metric="<unknown>", code="404") - unknown_before == 1
     assert "no-such-metric" not in exposition  # typos in metric names cannot grow the series
     assert _sample("prescaler_served_value", metric="rps", namespace="service-a", resource="service-a") == 3.0
+
+
+def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    from adapter.store.manifests import ManifestStore
+
+    class Sink:
+        def resync(self, kind, docs):
+            pass
+
+    path = tmp_path / "objects.yaml"
+    path.write_text("apiVersion: prescaler.pingpong.ai/v1\nkind: VirtualMetrics\nmetadata: {name: rps}\n---\n"
+                    "apiVersion: example.com/v1\nkind: virtualmetricevent\nmetadata: {name: b}\n---\n"
+                    "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: hpa}\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    with caplog.at_level(logging.WARNING, logger="prescaler"):
+        store = ManifestStore(Sink(), [str(tmp_path)])
+        store.poll()
+        other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\n")  # another reload
+        import os
+        os.utime(other, ns=(1, 1))
+        store.poll()
+    assert len(store.warnings) == 2
+    assert "'VirtualMetrics'" in store.warnings[0] and "did you mean VirtualMetric?" in store.warnings[0]
+    assert "did you mean VirtualMetricEvent?" in store.warnings[1]
+    logged = [r.getMessage() for r in caplog.records if "ignored document kind" in r.getMessage()]
+    assert len(logged) == 2  # once, not per reload
+    assert not any("HorizontalPodAutoscaler" in w or "ConfigMap" in w for w in store.warnings)

@@ -8,13 +8,16 @@
 - Invalid objects are handed to the engine like valid ones: it records their errors per object,
   so one bad object never hides the others.
 - `kind: Secret` documents (data or stringData) serve as the secret store for source headers.
-- Other kinds (an HPA beside the metrics, say) are ignored.
+- Other kinds (an HPA beside the metrics, say) are ignored; a document that looks meant for
+  prescaler (its group, or a kind close to ours such as `VirtualMetrics`) but is neither kind is a
+  warning: logged once and kept in `warnings` (`prescaler preview` prints them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import difflib
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -24,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from adapter.resources import KIND_EVENT, KIND_METRIC
+from adapter.resources import GROUP, KIND_EVENT, KIND_METRIC
 
 log = logging.getLogger("prescaler.manifests")
 
@@ -55,6 +58,8 @@ class ManifestStore:
         self.files: dict[Path, _FileState] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self._task: asyncio.Task[None] | None = None
+        self.warnings: list[str] = []  # documents ignored that look meant for prescaler
+        self._warned: set[str] = set()
         for path in self.paths:
             if not path.exists():
                 raise ManifestError(f"--manifests {path}: no such file or directory")
@@ -106,6 +111,7 @@ class ManifestStore:
         metrics: dict[str, dict[str, Any]] = {}
         events: dict[str, dict[str, Any]] = {}
         secrets: dict[tuple[str, str], dict[str, str]] = {}
+        warnings: list[str] = []
         for path in sorted(self.files):
             for doc in self.files[path].docs:
                 kind = doc.get("kind")
@@ -120,6 +126,12 @@ class ManifestStore:
                     target[key] = doc
                 elif kind == "Secret" and isinstance(name, str):
                     secrets[(str(meta.get("namespace") or "default"), name)] = _secret_data(doc)
+                elif (warning := _unknown_kind_warning(doc, path)) is not None:
+                    warnings.append(warning)
+        for warning in warnings:
+            if warning not in self._warned:
+                log.warning("%s", warning)
+        self.warnings, self._warned = warnings, set(warnings)
         self.secrets = secrets
         self.sink.resync(KIND_METRIC, list(metrics.values()))
         self.sink.resync(KIND_EVENT, list(events.values()))
@@ -197,3 +209,20 @@ def _secret_data(doc: Mapping[str, Any]) -> dict[str, str]:
 
 def env_paths(value: str | None) -> list[str]:
     return [p for p in (value or "").split(os.pathsep) if p]
+
+
+def _unknown_kind_warning(doc: Mapping[str, Any], path: Path) -> str | None:
+    """A warning for a document meant for prescaler that is neither of its kinds (None: not ours)."""
+    kind, api_version = doc.get("kind"), doc.get("apiVersion")
+    ours = isinstance(api_version, str) and api_version.split("/")[0] == GROUP
+    close = isinstance(kind, str) and difflib.get_close_matches(kind.lower(), [KIND_METRIC.lower(),
+                                                                              KIND_EVENT.lower()], 1, 0.8)
+    if not ours and not close:
+        return None
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    hint = ""
+    if isinstance(kind, str) and close:
+        hint = f" (did you mean {KIND_METRIC if close[0] == KIND_METRIC.lower() else KIND_EVENT}?)"
+    return (f"{path}: ignored document kind {kind!r} ({api_version}, name {name!r}): prescaler knows "
+            f"{KIND_METRIC} and {KIND_EVENT} only{hint}")
