@@ -321,3 +321,37 @@ def test_a_rejected_new_event_gets_its_status_written() -> None:
     assert status is not None and notified
     ready = status[1]["conditions"][0]
     assert ready["status"] == "False" and "spec.metrics[0].value.expression" in ready["message"]
+
+
+def test_ready_only_once_every_source_finished_its_first_fetch(announcer: Announcer) -> None:
+    """A replica joins the Service when its Hold sources have answered (or failed) once, so a healthy
+    source never shows the never-fetched 503."""
+    import asyncio
+
+    import time
+
+    from adapter.engine import Engine
+
+    now = time.time()
+    announcer.set_items([{"start": now - 60, "end": now + 3600, "values": {"scheduledMessage": 5}}])
+
+    async def go():
+        engine = Engine(start_sources=True)
+        engine.resync("VirtualMetric", [metric()])
+        engine.resync("VirtualMetricEvent", [api_event(announcer.url)])
+        before_start = engine.synced
+        await engine.start()
+        states = []
+        deadline = asyncio.get_running_loop().time() + 10
+        while not engine.synced and asyncio.get_running_loop().time() < deadline:
+            runner = engine.events["stage-vme"].runner
+            states.append(runner is not None and runner.health.last_success is not None)
+            await asyncio.sleep(0.01)
+        ready = engine.synced
+        answer = engine.query("rps", "service-a", A)
+        await engine.stop()
+        return before_start, states, ready, answer
+    before_start, states, ready, answer = run(go())
+    assert before_start is False and ready is True
+    assert states and states[0] is False  # it was not ready while the fetch was pending
+    assert isinstance(answer, Values) and [v.value for v in answer.values] == [10.0]
