@@ -123,12 +123,7 @@ class Engine:
         self._call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        def run() -> None:
-            self._handle(self.table.delete(kind, name))
-            if kind == KIND_EVENT:
-                obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
-                self._warned.pop(name, None)
-        self._call(run)
+        self._call(lambda: self._delete(kind, name))
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -136,10 +131,7 @@ class Engine:
             for doc in docs:
                 self._handle(self.table.apply(doc))
             for name in [n for n in self.table.names(kind) if n not in names]:
-                self._handle(self.table.delete(kind, name))
-                if kind == KIND_EVENT:
-                    obs.forget_event(name)
-                    self._warned.pop(name, None)
+                self._delete(kind, name)
             self._synced_kinds.add(kind)
         self._call(run)
 
@@ -151,6 +143,12 @@ class Engine:
             func()
         else:
             self._loop.call_soon_threadsafe(func)
+
+    def _delete(self, kind: str, name: str) -> None:
+        if kind == KIND_EVENT:
+            obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
+            self._warned.pop(name, None)
+        self._handle(self.table.delete(kind, name))
 
     def _on_snapshot(self, name: str, items: list[Item]) -> None:
         self._handle(self.table.snapshot(name, items))
@@ -198,25 +196,19 @@ class Engine:
                 # The numpy work runs off the loop so queries keep being answered meanwhile.
                 self.published = await asyncio.to_thread(build_published, self.names.served, self.table.feeds(),
                                                          self.clock(), self.published, dirty)
-                obs.TIMELINE_REBUILDS.inc()
-                obs.TIMELINE_REBUILD_SECONDS.observe(time.perf_counter() - started)
-                obs.TIMELINE_KEYS.set(self.published.key_count())
+                obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
                 self.status.changed()
         finally:
             self._rebuilding = False
 
     # ---------------------------------------------------------------- status
 
-    def desired_status(self) -> Statuses:
-        return self.status.current()
-
     def statuses(self) -> Statuses:
         now = self.clock()
         for name, state in self.events.items():
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
-        obs.OBJECTS_INVALID.labels(kind=KIND_METRIC).set(sum(1 for m in self.metrics.values() if m.error)
-                                                         + len(self.names.conflicts))
-        obs.OBJECTS_INVALID.labels(kind=KIND_EVENT).set(sum(1 for e in self.events.values() if e.error))
+        obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
+                                   sum(1 for e in self.events.values() if e.error))
         self._warn_once()
         return all_statuses(self.metrics, self.events, self.published, now, self._unknown_targets_now())
 

@@ -147,6 +147,18 @@ def record_fetch(event: str, kind: str, success: bool, seconds: float | None = N
         SOURCE_FETCH_SECONDS.labels(kind=kind).observe(seconds)
 
 
+def record_rebuild(seconds: float, keys: int) -> None:
+    """One publication of the timelines: how long it took and how many targets it serves."""
+    TIMELINE_REBUILDS.inc()
+    TIMELINE_REBUILD_SECONDS.observe(seconds)
+    TIMELINE_KEYS.set(keys)
+
+
+def record_invalid_objects(metrics: int, events: int) -> None:
+    OBJECTS_INVALID.labels(kind="VirtualMetric").set(metrics)
+    OBJECTS_INVALID.labels(kind="VirtualMetricEvent").set(events)
+
+
 def record_expression_failures(event: str, count: int = 1) -> None:
     if count > 0:
         EXPRESSION_FAILURES.labels(event=event).inc(count)

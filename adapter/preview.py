@@ -48,8 +48,9 @@ def add_parsers(subparsers: Any) -> None:
     parser.add_argument("--metric", required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--resource", required=True)
-    parser.add_argument("--from", dest="start", default=None, help="start time (unix, RFC3339 or now)")
-    parser.add_argument("--for", dest="duration", default="2h", help="window length (default 2h)")
+    parser.add_argument("--from", dest="start", default=None, help="start time: unix, RFC3339 or now (default: now)")
+    parser.add_argument("--duration", default="2h", help="window length, as the route's duration=")
+    parser.add_argument("--for", dest="duration", help=argparse.SUPPRESS)  # the flag's old name
     parser.add_argument("--step", default="1m", help="step (default 1m)")
     parser.add_argument("--time-zone", default="UTC", help="IANA time zone for the table and the plot "
                         "(default UTC), e.g. Asia/Seoul")

@@ -312,7 +312,7 @@ def test_a_rejected_new_event_gets_its_status_written() -> None:
         status = None
         for _ in range(200):  # the status refresh is coalesced over a short delay
             await asyncio.sleep(0.01)
-            status = engine.desired_status().get(("VirtualMetricEvent", "broken"))
+            status = engine.status.current().get(("VirtualMetricEvent", "broken"))
             if status is not None and notified:
                 break
         await engine.stop()
@@ -327,7 +327,6 @@ def test_ready_only_once_every_source_finished_its_first_fetch(announcer: Announ
     """A replica joins the Service when its Hold sources have answered (or failed) once, so a healthy
     source never shows the never-fetched 503."""
     import asyncio
-
     import time
 
     from adapter.engine import Engine

@@ -53,7 +53,7 @@ def test_metric_name_conflict_and_its_end_become_events(fake: FakeKube) -> None:
     async def go():
         engine = await loaded_engine([older, newer], now=NOW)
         recorder = EventRecorder(fake.api_client(), clock=clock)
-        writer = StatusWriter(fake.api_client(), engine.desired_status, min_interval=0.0, clock=clock,
+        writer = StatusWriter(fake.api_client(), engine.status.current, min_interval=0.0, clock=clock,
                               events=recorder)
         engine.status.refresh()
         writer.sync_once()

@@ -94,7 +94,7 @@ def test_query_for_a_target_nothing_names_is_counted_logged_once_and_listed(
             known = await http.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps",
                                    params={"labelSelector": "resource=service-a"})
         engine.status.refresh()
-        status = engine.desired_status()[("VirtualMetric", "rps")][1]
+        status = engine.status.current()[("VirtualMetric", "rps")][1]
         for i in range(30):  # a bounded list: the most recent 20
             engine.query("rps", "service-a", parse_selector(f"resource=typo-{i}"), NOW)
         bounded = engine.statuses()[("VirtualMetric", "rps")][1]

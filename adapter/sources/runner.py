@@ -100,7 +100,7 @@ class SourceRunner:
         self.health.consecutive_failures = 0
         self.health.item_count = len(items)
         self.health.warnings = list(getattr(self.source, "last_warnings", []) or [])[:20]
-        obs.SOURCE_FETCHES.labels(kind=kind, result="success").inc()
+        obs.record_fetch(self.owner, kind, success=True)
         obs.SOURCE_LAST_SUCCESS.labels(event=self.owner).set(self.health.last_success)
         self._on_snapshot(self.owner, items)
         if self._on_health:
@@ -110,7 +110,7 @@ class SourceRunner:
     def _failed(self, message: str, kind: str) -> None:
         self.health.last_error = message
         self.health.consecutive_failures += 1
-        obs.SOURCE_FETCHES.labels(kind=kind, result="error").inc()
+        obs.record_fetch(self.owner, kind, success=False)
         level = logging.WARNING if self.health.consecutive_failures <= 3 else logging.DEBUG
         log.log(level, "VirtualMetricEvent %s: %s source fetch failed (%d in a row): %s",
                 self.owner, kind, self.health.consecutive_failures, message)
