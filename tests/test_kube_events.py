@@ -11,9 +11,9 @@ from adapter.store.status import StatusWriter
 from tests.helpers import NOW, loaded_engine, metric, run, settle
 
 try:
-    from tests.fakekube import FakeKube, ResourceType
+    from tests.fakekube import FakeKube
 except ImportError:  # tests/ on sys.path (pytest prepend mode without a package)
-    from fakekube import FakeKube, ResourceType  # type: ignore[no-redef]
+    from fakekube import FakeKube  # type: ignore[no-redef]
 
 API = "prescaler.pingpong.ai/v1"
 
@@ -29,7 +29,6 @@ class Clock:
 @pytest.fixture()
 def fake():
     with FakeKube() as server:
-        server.register_type(ResourceType("", "v1", "events", "Event", True, has_generation=False))
         yield server
 
 
@@ -41,7 +40,8 @@ def vm_doc(name: str, created: str, metric_name: str = "rps") -> dict[str, Any]:
 
 
 def events_of(fake: FakeKube, name: str) -> list[dict[str, Any]]:
-    return [e for e in fake.list_objects("Event") if e["involvedObject"]["name"] == name]
+    found = [e for e in fake.list_objects("Event") if e["involvedObject"]["name"] == name]
+    return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))  # in the order created
 
 
 def test_metric_name_conflict_and_its_end_become_events(fake: FakeKube) -> None:
