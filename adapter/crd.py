@@ -302,11 +302,28 @@ def forecast_source() -> Schema:
         "step": duration("Resolution the history is resampled to (at most 1d).", minimum=1, long=True),
         "length": duration("How much history to use.", minimum=60, long=True),
     }, required=["url"])
+    def history(description: str) -> Schema:
+        return obj(description, {"prometheus": prom_history, "api": api_history},
+                   rules=[("has(self.prometheus) != has(self.api)", "exactly one of prometheus or api is required")])
+
+    regressor = obj("An announced series whose effect per unit on the load is fitted from history.", {
+        "name": string("Name shown in status and notes.", r"^[A-Za-z_][A-Za-z0-9_]{0,62}$", 63),
+        "value": string("The item value to read (default: name).", max_length=253),
+        "history": history("The announced values of the past (e.g. prescaler_announced_value): prometheus or api."),
+        # The api/schedule blocks are checked by prescaler (errors name the field): embedding their full
+        # schemas again would double the CRD and multiply its CEL cost estimate by the list sizes.
+        "future": obj("What is announced ahead: exactly one of api or schedule (the same fields as those "
+                      "source kinds).", {
+            "api": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                    "description": "An api source's fields (url, headers, tls, ...)."},
+            "schedule": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                         "description": "A schedule source's fields (items, recurring, timeZone)."},
+        }, rules=[("has(self.api) != has(self.schedule)", "exactly one of api or schedule is required")]),
+    }, required=["name", "history", "future"])
     return obj("Forecast future items from history with a numpy model.", {
-        "history": obj("Where the history comes from: exactly one of prometheus or api.", {
-            "prometheus": prom_history,
-            "api": api_history,
-        }, rules=[("has(self.prometheus) != has(self.api)", "exactly one of prometheus or api is required")]),
+        "history": history("Where the history comes from: exactly one of prometheus or api."),
+        "regressors": array("Announced series fused into the forecast (items then also carry baseline and "
+                            "events).", regressor, max_items=8, min_items=1),
         "model": string("seasonalNaive, holtWinters, harmonic (FFT), lastValue or auto (chosen by backtest; "
                         "the default).", enum=["seasonalNaive", "holtWinters", "harmonic", "auto", "lastValue"]),
         "season": duration("Season length, e.g. 1d or 1w (default: detected).", minimum=1, long=True),
@@ -344,8 +361,9 @@ def virtual_metric_schema() -> Schema:
         "defaultValue": number("Value served for a known target when no event or forecast contributes."),
         "mergeStrategy": {**string("How concurrent contributions for one target combine: Sum, Max, Min "
                                    "or Average.", enum=["Sum", "Max", "Min", "Average"]), "default": "Sum"},
-        "leadTime": duration("Look this far ahead and serve the peak: pods must be ready when traffic arrives "
-                             "(at most 7 days)."),
+        "leadTime": {**duration("Look this far ahead and serve the peak: pods must be ready when traffic arrives "
+                                "(at most 7 days). Auto: learnt from the scale target's pod start-up, the HPA "
+                                "sync period and its scale-up ramp."), "pattern": "^(Auto|" + DURATION[2:-2] + ")$"},
         "holdTime": duration("Keep a window's value this long after it ends (at most 7 days)."),
         "min": number("Lower clamp of the served value."),
         "max": number("Upper clamp of the served value."),
@@ -362,6 +380,16 @@ def virtual_metric_schema() -> Schema:
                                 string("namespace/name", max_length=317), max_items=20),
         "conditions": {**array("Ready, and the reason when the object is rejected.", condition(), max_items=16),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        "learnedLeadTime": obj("leadTime: Auto: the lead served and where it came from.", {
+            "seconds": number("The lead served: start-up percentile + sync period + ramp, clamped.", 0),
+            "reason": string("Measured, or Fallback when nothing was measurable.", max_length=64),
+            "message": string("Why the fallback was used."),
+            "startupSeconds": number("Percentile of pod creation -> Ready over the recent pods.", 0),
+            "percentile": number("Which percentile.", 0, 1),
+            "syncPeriodSeconds": number("The HPA sync period added.", 0),
+            "rampSeconds": number("Time the HPA scale-up policy needs for the expected step.", 0),
+            "pods": array("The pods the start-up was measured on.", string("Pod name.", max_length=253), 100),
+        }),
     })
     return top_level("A value to predict, served as an external metric (e.g. rps).", spec, status,
                      spec_required=False)
@@ -412,6 +440,16 @@ def virtual_metric_event_schema() -> Schema:
                                     "description": "When the source was last fetched successfully."},
         "itemCount": integer("Items in the current snapshot.", 0, fmt="int64"),
         "stale": boolean("True when no fetch has succeeded for staleAfter."),
+        "regressors": array("forecast source with regressors: the fitted effect of one announced unit, per series.",
+                            obj("One forecast series.", {
+                                "series": string("The series' labels.", max_length=1024),
+                                "regressors": array("Per regressor.", obj("Fitted effect.", {
+                                    "name": string("Regressor name.", max_length=64),
+                                    "coefficient": number("Load added per announced unit."),
+                                    "stderr": number("Standard error of the coefficient.", 0),
+                                    "samples": integer("History steps where it was announced.", 0, fmt="int64"),
+                                }), 8),
+                            }), 100),
     })
     return top_level("Future events (from an API, a schedule, Prometheus or a forecast) mapped onto "
                      "VirtualMetrics per target workload.", spec, status, spec_required=True)
@@ -497,7 +535,58 @@ def virtual_metric_event_crd() -> Schema:
     ])
 
 
+# ------------------------------------------------------------------ HorizontalPodPrescaler (the seed's third kind)
+
+QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+
+def horizontal_pod_prescaler_schema() -> Schema:
+    """Namespaced, as in the seed. Never enforced: prescaler only reports whether the named HPA already
+    has the External metric (condition HPAConfigured); `prescaler migrate` prints the change."""
+    target = obj("The per-pod value the HPA should keep (the seed's targetMetric): "
+                 "desired replicas = ceil(value / averageValue).", {
+                     "averageValue": {"x-kubernetes-int-or-string": True, "pattern": QUANTITY, "maxLength": 64,
+                                      "description": "Target value per pod, a number or a Kubernetes quantity "
+                                                     "(10, \"2.5\", \"500m\")."},
+                 }, required=["averageValue"])
+    entry = obj("One metric of the HPA: a VirtualMetric's served name and its per-pod target.", {
+        "metric": obj("The external metric.", {
+            "name": string("spec.name of a VirtualMetric.", METRIC_NAME, 253),
+        }, required=["name"]),
+        "target": target,
+    }, required=["metric", "target"])
+    spec = obj("An existing HPA and the prescaler metrics it should scale on. prescaler never writes the HPA.", {
+        "metrics": array("External metrics the HPA should have; the selector is resource=<this object's name>.",
+                         entry, max_items=16, min_items=1),
+        "scaleTargetRef": obj("The existing HorizontalPodAutoscaler, in this object's namespace.", {
+            "apiVersion": string("autoscaling/v2 (or autoscaling/v1).", max_length=253),
+            "kind": string("HorizontalPodAutoscaler.", enum=["HorizontalPodAutoscaler"]),
+            "name": string("Name of the HPA.", DNS1123_SUBDOMAIN, 253),
+        }, required=["name"]),
+    }, required=["metrics", "scaleTargetRef"])
+    status = obj("Observed state, written by prescaler.", {
+        "observedGeneration": integer("metadata.generation last processed.", 0, fmt="int64"),
+        "conditions": {**array("HPAConfigured: whether the HPA has every metric; when False the message "
+                               "holds the kubectl patch command that adds them.", condition(), max_items=16),
+                       "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    })
+    return top_level("The seed's HorizontalPodPrescaler: which HPA should scale on which prescaler metric. "
+                     "Checked and reported, never enforced.", spec, status, spec_required=True)
+
+
+def horizontal_pod_prescaler_crd() -> Schema:
+    doc = crd("HorizontalPodPrescaler", "horizontalpodprescalers", "hpp", horizontal_pod_prescaler_schema(), [
+        column("HPA", "string", ".spec.scaleTargetRef.name", "The HPA that should have the metrics."),
+        column("Configured", "string", '.status.conditions[?(@.type=="HPAConfigured")].status',
+               "Whether the HPA has the External metrics."),
+        AGE,
+    ])
+    doc["spec"]["scope"] = "Namespaced"
+    return doc
+
+
 BUILDERS = {
     "VirtualMetric": virtual_metric_crd,
     "VirtualMetricEvent": virtual_metric_event_crd,
+    "HorizontalPodPrescaler": horizontal_pod_prescaler_crd,
 }

@@ -65,6 +65,8 @@ class Engine:
         self.unknown_targets: dict[str, OrderedDict[str, None]] = {}
         self._logged_unknown: set[tuple[str, str]] = set()
         self._warned: dict[str, frozenset[str]] = {}  # event -> warnings already logged
+        self.lead_times: Any = None  # adapter.store.leadtime.AutoLeadTimes in cluster mode (leadTime: Auto)
+        self._lead_task: asyncio.Task[None] | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -77,8 +79,12 @@ class Engine:
         for call in pending:
             call()
         self._schedule_rebuild(None, 0.0)
+        if self.lead_times is not None:
+            self.learn_lead_times(self.lead_times)
 
     async def stop(self) -> None:
+        if self._lead_task is not None:
+            self._lead_task.cancel()
         for state in list(self.events.values()):
             if state.runner:
                 await state.runner.stop()
@@ -165,10 +171,31 @@ class Engine:
                 state.runner.start()
         for event, count in change.dropped.items():
             obs.record_expression_failures(event, count)
+        if self.lead_times is not None:
+            self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
         if change.rebuild:
             self._schedule_rebuild(change.partitions)
         elif change.changed:
             self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
+
+    def learn_lead_times(self, learner: Any) -> None:
+        """Cluster mode: serve `leadTime: Auto` with what `learner` (AutoLeadTimes) measures."""
+        from adapter.store.leadtime import learn_forever
+
+        self.lead_times = learner
+        if self._loop is not None and self._lead_task is None:
+            self._lead_task = self._loop.create_task(learn_forever(self, learner))
+
+    def lead_times_changed(self) -> None:
+        """The learnt leads changed (loop thread): serve with them and show them in status."""
+        self._apply_learned_leads()
+        self.status.changed()
+
+    def _apply_learned_leads(self) -> None:
+        from adapter.store.leadtime import apply_learned_leads
+
+        if apply_learned_leads(self.metrics.values(), self.lead_times):
+            self._schedule_rebuild(None)
 
     # ---------------------------------------------------------------- rebuild
 
@@ -210,7 +237,8 @@ class Engine:
         obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
                                    sum(1 for e in self.events.values() if e.error))
         self._warn_once()
-        return all_statuses(self.metrics, self.events, self.published, now, self._unknown_targets_now())
+        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times,
+                            self._unknown_targets_now())
 
     def _warn_once(self) -> None:
         """Log each event's problems that are not errors (nothing is rejected) once, not per refresh."""

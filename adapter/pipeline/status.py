@@ -23,7 +23,7 @@ def condition(kind: str, ok: bool | None, reason: str, message: str, generation:
 
 
 def metric_status(state: MetricState, names: MetricNames, published: Published,
-                  unknown_targets: Sequence[str] = ()) -> dict[str, Any]:
+                  lead_times: Any = None, unknown_targets: Sequence[str] = ()) -> dict[str, Any]:
     """`unknown_targets`: "namespace/name" queried for this metric that nothing feeds (latest last)."""
     gen = state.generation
     status: dict[str, Any] = {"observedGeneration": gen, "targets": 0}
@@ -41,6 +41,9 @@ def metric_status(state: MetricState, names: MetricNames, published: Published,
             # Served the defaultValue (an empty answer would stop the HPA), but findable: most often a
             # typo in an HPA's selector or namespace.
             status["unknownTargets"] = sorted(unknown_targets)
+    learned = lead_times.status(state.metric) if lead_times is not None and state.metric is not None else None
+    if learned is not None:
+        status["learnedLeadTime"] = learned  # leadTime: Auto (adapter.store.leadtime)
     return status
 
 
@@ -94,6 +97,9 @@ def event_status(state: EventState, published: Published, now: float) -> dict[st
     }
     if health is not None and health.last_success is not None:
         status["lastSuccessfulFetchTime"] = rfc3339(health.last_success)
+    effects = getattr(runner.source, "last_effects", None) if runner else None
+    if effects:
+        status["regressors"] = effects  # forecast regressors: fitted effect per announced unit
     return status
 
 
@@ -102,13 +108,15 @@ def is_stale(state: EventState, now: float) -> bool:
 
 
 def all_statuses(metrics: Mapping[str, MetricState], events: Mapping[str, EventState], published: Published,
-                 now: float, unknown_targets: Mapping[str, Sequence[str]] | None = None) -> Statuses:
+                 now: float, lead_times: Any = None,
+                 unknown_targets: Mapping[str, Sequence[str]] | None = None) -> Statuses:
     """`unknown_targets`: by metric name, targets queried that nothing feeds."""
     names = resolve_metric_names(metrics.values())
     unknown = unknown_targets or {}
     out: Statuses = {
         (KIND_METRIC, n): (s.generation, metric_status(
-            s, names, published, unknown.get(s.metric.metric_name, ()) if s.metric is not None else ()))
+            s, names, published, lead_times,
+            unknown.get(s.metric.metric_name, ()) if s.metric is not None else ()))
         for n, s in metrics.items()
     }
     for name, state in events.items():

@@ -8,9 +8,11 @@
 - Invalid objects are handed to the engine like valid ones: it records their errors per object,
   so one bad object never hides the others.
 - `kind: Secret` documents (data or stringData) serve as the secret store for source headers.
+- `on_documents` (optional) sees every document after each reload: HorizontalPodPrescalers are
+  checked against the HPAs in the same files that way (adapter/store/hpp_local.py).
 - Other kinds (an HPA beside the metrics, say) are ignored; a document that looks meant for
-  prescaler (its group, or a kind close to ours such as `VirtualMetrics`) but is neither kind is a
-  warning: logged once and kept in `warnings` (`prescaler preview` prints them).
+  prescaler (its group, or a kind close to ours such as `VirtualMetrics`) but is none of its kinds
+  is a warning: logged once and kept in `warnings` (`prescaler preview` prints them).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import base64
 import difflib
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ MAX_FILE_BYTES = 8 * 1024 * 1024
 # libyaml's loader when PyYAML was built with it: the same safe subset, many times faster.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SUFFIXES = (".yaml", ".yml", ".json")
+OWN_KINDS = (KIND_METRIC, KIND_EVENT, "HorizontalPodPrescaler")  # the kinds of prescaler's API group
 
 
 class ManifestError(ValueError):
@@ -57,6 +60,7 @@ class ManifestStore:
         self.poll_interval = poll_interval
         self.files: dict[Path, _FileState] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.on_documents: Callable[[list[dict[str, Any]]], None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.warnings: list[str] = []  # documents ignored that look meant for prescaler
         self._warned: set[str] = set()
@@ -135,6 +139,8 @@ class ManifestStore:
         self.secrets = secrets
         self.sink.resync(KIND_METRIC, list(metrics.values()))
         self.sink.resync(KIND_EVENT, list(events.values()))
+        if self.on_documents is not None:
+            self.on_documents([doc for path in sorted(self.files) for doc in self.files[path].docs])
 
     def resolve_secret(self, namespace: str, name: str, key: str) -> str:
         data = self.secrets.get((namespace, name))
@@ -214,15 +220,15 @@ def env_paths(value: str | None) -> list[str]:
 def _unknown_kind_warning(doc: Mapping[str, Any], path: Path) -> str | None:
     """A warning for a document meant for prescaler that is neither of its kinds (None: not ours)."""
     kind, api_version = doc.get("kind"), doc.get("apiVersion")
+    if kind in OWN_KINDS:
+        return None
     ours = isinstance(api_version, str) and api_version.split("/")[0] == GROUP
-    close = isinstance(kind, str) and difflib.get_close_matches(kind.lower(), [KIND_METRIC.lower(),
-                                                                              KIND_EVENT.lower()], 1, 0.8)
+    by_lower = {k.lower(): k for k in OWN_KINDS}
+    close = difflib.get_close_matches(kind.lower(), list(by_lower), 1, 0.8) if isinstance(kind, str) else []
     if not ours and not close:
         return None
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
-    hint = ""
-    if isinstance(kind, str) and close:
-        hint = f" (did you mean {KIND_METRIC if close[0] == KIND_METRIC.lower() else KIND_EVENT}?)"
+    hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
     return (f"{path}: ignored document kind {kind!r} ({api_version}, name {name!r}): prescaler knows "
-            f"{KIND_METRIC} and {KIND_EVENT} only{hint}")
+            f"{', '.join(OWN_KINDS)} only{hint}")
