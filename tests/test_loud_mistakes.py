@@ -168,7 +168,8 @@ def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
     path = tmp_path / "objects.yaml"
     path.write_text("apiVersion: prescaler.pingpong.ai/v1\nkind: VirtualMetrics\nmetadata: {name: rps}\n---\n"
                     "apiVersion: example.com/v1\nkind: virtualmetricevent\nmetadata: {name: b}\n---\n"
-                    "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: hpa}\n")
+                    "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: hpa}\n---\n"
+                    "apiVersion: prescaler.pingpong.ai/v1\nkind: HorizontalPodPrescaler\nmetadata: {name: p}\n")
     other = tmp_path / "other.yaml"
     other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     with caplog.at_level(logging.WARNING, logger="prescaler"):
@@ -183,4 +184,4 @@ def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
     assert "did you mean VirtualMetricEvent?" in store.warnings[1]
     logged = [r.getMessage() for r in caplog.records if "ignored document kind" in r.getMessage()]
     assert len(logged) == 2  # once, not per reload
-    assert not any("HorizontalPodAutoscaler" in w or "ConfigMap" in w for w in store.warnings)
+    assert not any("'HorizontalPod" in w or "ConfigMap" in w for w in store.warnings)  # other and own kinds
