@@ -8,6 +8,7 @@ non-zero exit, never a traceback: usage errors exit 2, runtime errors 1, a close
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import importlib
 import logging
@@ -308,10 +309,11 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
         return base64.b64decode(data).decode()
 
     context.secrets = resolve_secret
-    from adapter.store.leadtime import AutoLeadTimes, hpa_reader
+    from adapter.store.leadtime import AutoLeadTimes, hpa_reader, learn_forever
 
     # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
-    engine.learn_lead_times(AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client)))
+    engine.lead_times = learner = AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client))
+    learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
@@ -331,7 +333,7 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
 
     hpp_status = HPPStatusController(api_client, is_leader=lambda: elector.is_leader)  # reads HPAs, never writes
     hpp_status.start()
-    return {"stoppers": [writer.stop, store.stop, hpp_status.stop], "store": store}
+    return {"stoppers": [learning.cancel, writer.stop, store.stop, hpp_status.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

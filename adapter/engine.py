@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapter import observability as obs
+from adapter.handoff import LoopHandOff
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
 from adapter.pipeline.contributions import Partition
+from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
+from adapter.pipeline.notices import Notices, StartupGate
 from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import EMPTY, Published, build_published
-from adapter.pipeline.query import MetricNotFound, Outcome, Values, query
+from adapter.pipeline.query import MetricNotFound, Outcome, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
 from adapter.resources import KIND_EVENT, KIND_METRIC
 from adapter.sources.base import SourceContext
@@ -34,10 +35,6 @@ from adapter.sources.runner import SourceRunner
 from adapter.status_board import StatusBoard
 
 log = logging.getLogger("prescaler.engine")
-
-STARTUP_GRACE_SECONDS = 30.0  # longest a first fetch may delay readiness
-MAX_UNKNOWN_TARGETS = 20  # listed per VirtualMetric status (the most recently queried)
-MAX_LOGGED_UNKNOWN = 10_000  # targets remembered as already logged (then the memory starts over)
 
 
 class Engine:
@@ -49,42 +46,24 @@ class Engine:
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
         self.published: Published = EMPTY
         self.names = MetricNames({}, {})
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._pending: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        self._handoff = LoopHandOff()  # store and watcher threads call in; state changes on the loop only
         self._rebuild_handle: asyncio.TimerHandle | None = None
         self._rebuilding = False
         self._dirty: set[Partition] | None = None  # partitions to rebuild; None: everything
         self._changed = False
         self.status = StatusBoard(self.statuses)
         self._synced_kinds: set[str] = set()
-        self._warm = False  # every source's first fetch finished once (see synced)
-        self._started_at: float | None = None
-        # metric -> "namespace/name" queried that nothing feeds, least recently queried first
-        self.unknown_targets: dict[str, OrderedDict[str, None]] = {}
-        self._logged_unknown: set[tuple[str, str]] = set()
-        self._warned: dict[str, frozenset[str]] = {}  # event -> warnings already logged
-        self.lead_times: Any = None  # adapter.store.leadtime.AutoLeadTimes in cluster mode (leadTime: Auto)
-        self._lead_task: asyncio.Task[None] | None = None
+        self.lead_times: LeadTimes | None = None  # leadTime: Auto, measured at the edge (adapter.store.leadtime)
+        self.notices, self._gate = Notices(), StartupGate()  # said once: typos, unreachable targets; readiness
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
-        self._started_at = time.monotonic()
-        self.status.attach(self._loop)
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for call in pending:
-            call()
+        self.status.attach(asyncio.get_running_loop())
+        self._handoff.attach(asyncio.get_running_loop())
         self._schedule_rebuild(None, 0.0)
-        if self.lead_times is not None:
-            self.learn_lead_times(self.lead_times)
 
     async def stop(self) -> None:
-        if self._lead_task is not None:
-            self._lead_task.cancel()
         for state in list(self.events.values()):
             if state.runner:
                 await state.runner.stop()
@@ -93,25 +72,9 @@ class Engine:
         self.status.close()
 
     @property
-    def synced(self) -> bool:
-        """Ready to serve: objects loaded and, at startup, every source's first fetch finished.
-
-        The startup part matters because a source with onStale: Hold answers 503 until its first
-        success; a replica is only put behind the Service once it knows what its peers know (bounded
-        by STARTUP_GRACE_SECONDS, so a hanging source cannot keep it out for good)."""
-        return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds and self._first_fetches_done()
-
-    def _first_fetches_done(self) -> bool:
-        if not self._warm:
-            waiting = [s.name for s in self.events.values() if s.runner is not None
-                       and s.runner.health.last_success is None and s.runner.health.consecutive_failures == 0]
-            late = self._started_at is not None and time.monotonic() - self._started_at > STARTUP_GRACE_SECONDS
-            if not self.start_sources or (not waiting and not self.busy) or late:
-                if waiting:
-                    log.warning("ready although the first fetch of %s has not finished after %gs",
-                                ", ".join(sorted(waiting)[:10]), STARTUP_GRACE_SECONDS)
-                self._warm = True
-        return self._warm
+    def synced(self) -> bool:  # objects loaded and the first fetches done (see StartupGate)
+        return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds and self._gate.passed(
+            self.events if self.start_sources else {}, self.busy)
 
     def mark_synced(self, kind: str) -> None:
         self._synced_kinds.add(kind)
@@ -121,15 +84,15 @@ class Engine:
 
     @property
     def busy(self) -> bool:  # a change is waiting to be published
-        return self._changed or self._rebuilding or self._rebuild_handle is not None or bool(self._pending)
+        return self._changed or self._rebuilding or self._rebuild_handle is not None or self._handoff.pending
 
     # ---------------------------------------------------------------- ObjectSink (thread-safe)
 
     def apply(self, doc: Mapping[str, Any]) -> None:
-        self._call(lambda: self._handle(self.table.apply(doc)))
+        self._handoff.call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        self._call(lambda: self._delete(kind, name))
+        self._handoff.call(lambda: self._delete(kind, name))
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -139,21 +102,11 @@ class Engine:
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._delete(kind, name)
             self._synced_kinds.add(kind)
-        self._call(run)
-
-    def _call(self, func: Callable[[], None]) -> None:
-        if self._loop is None:
-            with self._lock:
-                self._pending.append(func)
-        elif threading.get_ident() == self._loop_thread:
-            func()
-        else:
-            self._loop.call_soon_threadsafe(func)
+        self._handoff.call(run)
 
     def _delete(self, kind: str, name: str) -> None:
         if kind == KIND_EVENT:
             obs.forget_event(name)  # no stale series (and alerts) for an object that is gone
-            self._warned.pop(name, None)
         self._handle(self.table.delete(kind, name))
 
     def _on_snapshot(self, name: str, items: list[Item]) -> None:
@@ -162,29 +115,20 @@ class Engine:
     def _handle(self, change: objects.Change) -> None:
         """Carry out a change's side effects: sources stopped and started, counters, a rebuild."""
         for runner in change.stop:
-            if self._loop is not None:
-                self._loop.create_task(runner.stop())
+            if self._handoff.loop is not None:
+                self._handoff.loop.create_task(runner.stop())
         for state, source in change.start:
             state.runner = SourceRunner(state.name, source, self._on_snapshot, clock=self.clock,
                                         on_health=lambda _name: self.status.changed())
-            if self.start_sources and self._loop is not None:
+            if self.start_sources and self._handoff.loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
             obs.record_expression_failures(event, count)
-        if self.lead_times is not None:
-            self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
+        self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
         if change.rebuild:
             self._schedule_rebuild(change.partitions)
         elif change.changed:
             self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
-
-    def learn_lead_times(self, learner: Any) -> None:
-        """Cluster mode: serve `leadTime: Auto` with what `learner` (AutoLeadTimes) measures."""
-        from adapter.store.leadtime import learn_forever
-
-        self.lead_times = learner
-        if self._loop is not None and self._lead_task is None:
-            self._lead_task = self._loop.create_task(learn_forever(self, learner))
 
     def lead_times_changed(self) -> None:
         """The learnt leads changed (loop thread): serve with them and show them in status."""
@@ -192,9 +136,7 @@ class Engine:
         self.status.changed()
 
     def _apply_learned_leads(self) -> None:
-        from adapter.store.leadtime import apply_learned_leads
-
-        if apply_learned_leads(self.metrics.values(), self.lead_times):
+        if self.lead_times is not None and apply_learned_leads(self.metrics.values(), self.lead_times):
             self._schedule_rebuild(None)
 
     # ---------------------------------------------------------------- rebuild
@@ -202,8 +144,8 @@ class Engine:
     def _schedule_rebuild(self, partitions: set[Partition] | None, delay: float | None = None) -> None:
         self._changed = True
         self._dirty = None if partitions is None or self._dirty is None else self._dirty | partitions
-        if self._loop is not None and self._rebuild_handle is None and not self._rebuilding:
-            self._rebuild_handle = self._loop.call_later(self.rebuild_delay if delay is None else delay,
+        if self._handoff.loop is not None and self._rebuild_handle is None and not self._rebuilding:
+            self._rebuild_handle = self._handoff.loop.call_later(self.rebuild_delay if delay is None else delay,
                                                          self._start_rebuild)
 
     def _start_rebuild(self) -> None:
@@ -236,58 +178,8 @@ class Engine:
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
         obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
                                    sum(1 for e in self.events.values() if e.error))
-        self._warn_once()
-        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times,
-                            self._unknown_targets_now())
-
-    def _warn_once(self) -> None:
-        """Log each event's problems that are not errors (nothing is rejected) once, not per refresh."""
-        published = self.published
-        for name, state in self.events.items():
-            warnings = set()
-            if state.vme is not None and state.error is None:
-                for metric in sorted(state.metric_names - published.metrics.keys()):
-                    warnings.add(f"names metric {metric!r}, which no VirtualMetric defines: it contributes nothing")
-                warnings.update(f"no HPA can query target {t}" for t in state.unreachable)
-            new = frozenset(warnings)
-            for text in sorted(new - self._warned.get(name, frozenset())):
-                log.warning("VirtualMetricEvent %s: %s", name, text)
-            self._warned[name] = new
-
-    def _unknown_targets_now(self) -> dict[str, list[str]]:
-        """Queried targets still unknown (one that an object feeds by now is dropped from the list)."""
-        out: dict[str, list[str]] = {}
-        for metric, targets in self.unknown_targets.items():
-            for target in list(targets):
-                namespace, _, resource = target.partition("/")
-                part = self.published.partitions.get((metric, namespace))
-                if part is not None and resource in part.by_resource:
-                    del targets[target]
-            if targets:
-                out[metric] = list(targets)
-        return out
-
-    def _note_unknown(self, metric: str, namespace: str, resources: tuple[str, ...]) -> None:
-        """A query named targets nothing feeds: log once per target, list in the VirtualMetric's status."""
-        targets = self.unknown_targets.setdefault(metric, OrderedDict())
-        added = False
-        for resource in resources:
-            target = f"{namespace}/{resource}"
-            if target in targets:
-                targets.move_to_end(target)
-            else:
-                targets[target] = None
-                added = True
-                while len(targets) > MAX_UNKNOWN_TARGETS:
-                    targets.popitem(last=False)
-            if (metric, target) not in self._logged_unknown:
-                if len(self._logged_unknown) >= MAX_LOGGED_UNKNOWN:
-                    self._logged_unknown.clear()
-                self._logged_unknown.add((metric, target))
-                log.warning("query for metric %s target %s: no VirtualMetricEvent feeds it, serving the "
-                            "defaultValue (a typo in the HPA's selector or namespace?)", metric, target)
-        if added:
-            self._call(self.status.changed)
+        unknown = self.notices.for_status(self.events, self.published)  # logs new problems once
+        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times, unknown)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 
@@ -296,8 +188,7 @@ class Engine:
 
     def query(self, metric: str, namespace: str, selector: Selector, now: float | None = None) -> Outcome:
         result = query(self.published, metric, namespace, selector, self.clock() if now is None else now)
-        if type(result) is Values and result.unknown:
-            self._note_unknown(metric, namespace, result.unknown)
+        self.notices.observe(result, metric, namespace, on_new=lambda: self._handoff.call(self.status.changed))
         return result
 
     def snapshot(self) -> object:

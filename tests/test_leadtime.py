@@ -185,7 +185,7 @@ def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
 
     from adapter.labels import parse_selector
     from adapter.pipeline.query import Values
-    from adapter.store.leadtime import AutoLeadTimes
+    from adapter.store.leadtime import AutoLeadTimes, learn_forever
 
     kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
                 "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
@@ -204,7 +204,8 @@ def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
     async def go():
         engine = await loaded_engine(docs)
         assert engine.metrics["rps"].metric.lead_time == FALLBACK_LEAD  # until measured
-        engine.learn_lead_times(AutoLeadTimes(kube.api_client()))
+        engine.lead_times = learner = AutoLeadTimes(kube.api_client())
+        learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
         for _ in range(500):  # bounded wait for the first measurement (API calls in a thread)
             if engine.metrics["rps"].metric.lead_time != FALLBACK_LEAD:
                 break
@@ -216,6 +217,7 @@ def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
         engine.apply(metric("rps", leadTime="Auto", defaultValue=1))  # a spec change keeps the learnt lead
         await settle(engine)
         kept = engine.metrics["rps"].metric.lead_time
+        learning.cancel()
         await engine.stop()
         return status, lead, values, kept
 

@@ -17,7 +17,6 @@ drawn from its workload model.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
@@ -270,19 +269,6 @@ class AutoLeadTimes:
         return estimate.status() if estimate is not None else None
 
 
-def apply_learned_leads(metric_states: Iterable[Any], learner: AutoLeadTimes) -> bool:
-    """Give every Auto VirtualMetric (pipeline MetricState.metric) its learnt lead; True if one changed."""
-    changed = False
-    for state in metric_states:
-        vm = state.metric
-        if vm is not None and vm.lead_time_auto:
-            lead = learner.lead_time(vm)
-            if vm.lead_time != lead:
-                state.metric = dataclasses.replace(vm, lead_time=lead)
-                changed = True
-    return changed
-
-
 async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = AutoLeadTimes.REFRESH) -> None:
     """Cluster mode: re-measure the Auto VirtualMetrics' targets every `interval` (API calls in a thread)."""
     import asyncio
@@ -301,4 +287,4 @@ async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = A
         await asyncio.sleep(interval)
 
 
-__all__ = ["AutoLeadTimes", "apply_learned_leads", "hpa_reader", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
+__all__ = ["AutoLeadTimes", "hpa_reader", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
