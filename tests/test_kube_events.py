@@ -106,6 +106,8 @@ def test_unchanged_and_fresh_true_conditions_send_nothing() -> None:
     bad = {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": "x"}]}
     assert condition_changes("VirtualMetric", "a", ok, ok) == []
     assert condition_changes("VirtualMetric", "a", None, ok) == []
+    pending = {"conditions": [{"type": "SourceHealthy", "status": "Unknown", "reason": "Pending"}]}
+    assert condition_changes("VirtualMetricEvent", "a", None, pending) == []
     [change] = condition_changes("VirtualMetric", "a", None, bad)
     assert change.warning and change.reason == "InvalidSpec"
     reason_only = {"conditions": [{"type": "Ready", "status": "False", "reason": "Stale"}]}

@@ -6,7 +6,7 @@ event-based alerting see a rejected object, a metric name conflict or a failing 
 it happens. Rules:
 
 - A *change* only: a condition already on the server with the same status and reason is silent,
-  and a condition appearing for the first time is reported only when it is not `True` (a fresh
+  and a condition appearing for the first time is reported only when it is `False` (a fresh
   install does not emit one "Ready" event per object, a broken object does).
 - Rate-limited twice: at most `per_object_burst` Events per (object, condition type) within
   `per_object_interval` (so a problem and its end both show, while a flapping source sends a few;
@@ -61,7 +61,7 @@ def condition_changes(kind: str, name: str, before: Mapping[str, Any] | None,
         previous = old.get(cond.get("type"))
         status, reason = str(cond.get("status", "")), str(cond.get("reason", ""))
         if previous is None:
-            if status == "True":
+            if status != "False":  # a fresh object that is fine, or still waiting (Unknown): nothing to say
                 continue
         elif previous.get("status") == status and previous.get("reason") == reason:
             continue
