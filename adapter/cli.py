@@ -317,6 +317,7 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
 
     from kubernetes import client
 
+    from adapter.store.events import EventRecorder
     from adapter.store.kube import KubeStore
     from adapter.store.lease import LeaseElector
     from adapter.store.status import StatusWriter
@@ -345,7 +346,8 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
 
         desired = with_shadow_conditions(desired, upstream, lambda: {
             vm.name: vm.metric_name for vm in engine.published.metrics.values()})
-    writer = StatusWriter(api_client, desired, elector=elector)
+    writer = StatusWriter(api_client, desired, elector=elector,
+                          events=EventRecorder(api_client))  # Events on condition changes
     engine.on_status_change(writer.notify)
     if upstream is not None:
         upstream.on_shadowed_change = writer.notify

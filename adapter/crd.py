@@ -375,6 +375,9 @@ def virtual_metric_schema() -> Schema:
                              METRIC_NAME, 253),
         "targets": integer("Number of target resources (namespace/name) this metric currently serves.",
                            0, fmt="int64"),
+        "unknownTargets": array("Targets (namespace/name) recently queried that no VirtualMetricEvent feeds; "
+                                "they get the defaultValue. Usually a typo in an HPA's selector.",
+                                string("namespace/name", max_length=317), max_items=20),
         "conditions": {**array("Ready, and the reason when the object is rejected.", condition(), max_items=16),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         "learnedLeadTime": obj("leadTime: Auto: the lead served and where it came from.", {

@@ -2,7 +2,7 @@
 
     store --apply/delete/resync--> Engine (marshalled onto its event loop)
         VirtualMetricEvent -> SourceRunner (fetch loop) -> items -> pipeline.contributions
-        changed partitions -> pipeline.publish (off the loop) -> self.published
+        changes -> Publisher (adapter.publisher) -> pipeline.publish -> self.published
     API --MetricsProvider.query--> pipeline.query(self.published, ...)
 
 Side effects live here: runners, timers, threads, Prometheus gauges, status listeners.
@@ -22,14 +22,14 @@ from adapter.handoff import LoopHandOff
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
-from adapter.pipeline.contributions import Partition
-from adapter.pipeline.incremental import publish_changes, split_targets
 from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
-from adapter.pipeline.objects import MetricNames, resolve_metric_names
+from adapter.pipeline.notices import Notices, StartupGate
+from adapter.pipeline.objects import MetricNames
 from adapter.pipeline.preview import PreviewRequest, preview_document
-from adapter.pipeline.publish import EMPTY, Published
+from adapter.pipeline.publish import Published
 from adapter.pipeline.query import MetricNotFound, Outcome, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
+from adapter.publisher import Publisher
 from adapter.resources import KIND_EVENT, KIND_METRIC
 from adapter.sources.base import SourceContext
 from adapter.sources.runner import SourceRunner
@@ -37,51 +37,38 @@ from adapter.status_board import StatusBoard
 
 log = logging.getLogger("prescaler.engine")
 
-# Item snapshots are rebuilt on the event loop in pieces of this many targets (a few ms each).
-INLINE_TARGETS = 2000
-
-
 class Engine:
     def __init__(self, context: SourceContext | None = None, clock: Callable[[], float] = time.time,
                  rebuild_delay: float = 0.05, start_sources: bool = True, snapshot_delay: float = 0.005):
         self.context, self.clock = context or SourceContext(), clock
-        self.rebuild_delay, self.start_sources = rebuild_delay, start_sources
-        # An item snapshot rebuilds only its targets (milliseconds), so it waits less to coalesce.
-        self.snapshot_delay = min(snapshot_delay, rebuild_delay)
+        self.start_sources = start_sources
         self.table = objects.ObjectTable(self.context)
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
-        self.published: Published = EMPTY
-        self.names = MetricNames({}, {})
         self._handoff = LoopHandOff()  # store and watcher threads call in; state changes on the loop only
-        self._rebuild_handle: asyncio.TimerHandle | None = None
-        self._rebuilding = False
-        self._dirty: set[Partition] | None = None  # partitions to rebuild; None: everything
-        # Targets to rebuild one by one (item snapshots), and the events whose items changed.
-        self._dirty_targets: dict[Partition, set[str]] = {}
-        self._dirty_events: set[str] = set()
-        self._changed = False
         self.status = StatusBoard(self.statuses)
+        self.publisher = Publisher(self.table, clock, self._handoff, self.status.changed, rebuild_delay, snapshot_delay)
         self._synced_kinds: set[str] = set()
         self.lead_times: LeadTimes | None = None  # leadTime: Auto, measured at the edge (adapter.store.leadtime)
+        self.notices, self._gate = Notices(), StartupGate()  # said once: typos, unreachable targets; readiness
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
         self.status.attach(asyncio.get_running_loop())
         self._handoff.attach(asyncio.get_running_loop())
-        self._schedule_rebuild(None, 0.0)
+        self.publisher.everything(0.0)
 
     async def stop(self) -> None:
         for state in list(self.events.values()):
             if state.runner:
                 await state.runner.stop()
-        if self._rebuild_handle:
-            self._rebuild_handle.cancel()
+        self.publisher.cancel()
         self.status.close()
 
     @property
-    def synced(self) -> bool:
-        return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds
+    def synced(self) -> bool:  # objects loaded and the first fetches done (see StartupGate)
+        return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds and self._gate.passed(
+            self.events if self.start_sources else {}, self.busy)
 
     def mark_synced(self, kind: str) -> None:
         self._synced_kinds.add(kind)
@@ -91,7 +78,18 @@ class Engine:
 
     @property
     def busy(self) -> bool:  # a change is waiting to be published
-        return self._changed or self._rebuilding or self._rebuild_handle is not None or self._handoff.pending
+        return self.publisher.busy or self._handoff.pending
+
+    @property
+    def published(self) -> Published:
+        return self.publisher.published
+
+    @property
+    def names(self) -> MetricNames:
+        return self.publisher.names
+
+    async def rebuild_now(self) -> None:
+        await self.publisher.publish_now()
 
     # ---------------------------------------------------------------- ObjectSink (thread-safe)
 
@@ -134,12 +132,9 @@ class Engine:
             obs.record_expression_failures(event, count)
         self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
         if change.targets:
-            for partition, resources in change.targets.items():
-                self._dirty_targets.setdefault(partition, set()).update(resources)
-            self._dirty_events |= change.events
-            self._schedule_rebuild(set(), self.snapshot_delay)
+            self.publisher.targets(change.targets, change.events)
         elif change.rebuild:
-            self._schedule_rebuild(change.partitions)
+            self.publisher.partitions(change.partitions)
         elif change.changed:
             self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
 
@@ -150,55 +145,7 @@ class Engine:
 
     def _apply_learned_leads(self) -> None:
         if self.lead_times is not None and apply_learned_leads(self.metrics.values(), self.lead_times):
-            self._schedule_rebuild(None)
-
-    # ---------------------------------------------------------------- rebuild
-
-    def _schedule_rebuild(self, partitions: set[Partition] | None, delay: float | None = None) -> None:
-        self._changed = True
-        self._dirty = None if partitions is None or self._dirty is None else self._dirty | partitions
-        if self._handoff.loop is not None and self._rebuild_handle is None and not self._rebuilding:
-            self._rebuild_handle = self._handoff.loop.call_later(self.rebuild_delay if delay is None else delay,
-                                                         self._start_rebuild)
-
-    def _start_rebuild(self) -> None:
-        self._rebuild_handle = None
-        asyncio.get_running_loop().create_task(self.rebuild_now())
-
-    async def rebuild_now(self) -> None:
-        """Publish every pending change (coalesces concurrent requests)."""
-        if self._rebuilding:
-            return
-        self._rebuilding = True
-        try:
-            while self._changed:
-                dirty, self._dirty, self._changed = self._dirty, set(), False
-                targets, events = self._dirty_targets, self._dirty_events
-                self._dirty_targets, self._dirty_events = {}, set()
-                self.names = resolve_metric_names(self.metrics.values(), self.names)
-                started = time.perf_counter()
-                feeds = self.table.feeds()
-                if dirty is not None and not dirty:
-                    # Only items changed: rebuild their targets right here, a few thousand at a
-                    # time, answering queries in between. In a thread this Python work would make
-                    # every request wait for the GIL behind it (a busy thread takes the GIL back for
-                    # a whole switch interval each time the loop's I/O lets go of it).
-                    pieces = split_targets(targets, INLINE_TARGETS)
-                    for number, piece in enumerate(pieces, 1):
-                        self.published = publish_changes(self.names.served, feeds, self.clock(), self.published,
-                                                         set(), piece, events)
-                        if number < len(pieces):
-                            heap.after_publish()
-                            await asyncio.sleep(0)
-                else:
-                    # Whole partitions: the numpy-heavy build runs off the loop.
-                    self.published = await asyncio.to_thread(publish_changes, self.names.served, feeds,
-                                                             self.clock(), self.published, dirty, targets, events)
-                heap.after_publish()
-                obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
-                self.status.changed()
-        finally:
-            self._rebuilding = False
+            self.publisher.everything()
 
     # ---------------------------------------------------------------- status
 
@@ -208,7 +155,8 @@ class Engine:
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
         obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
                                    sum(1 for e in self.events.values() if e.error))
-        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times)
+        unknown = self.notices.for_status(self.events, self.published)  # logs new problems once
+        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times, unknown)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 
@@ -216,7 +164,9 @@ class Engine:
         return sorted(self.published.metrics)
 
     def query(self, metric: str, namespace: str, selector: Selector, now: float | None = None) -> Outcome:
-        return query(self.published, metric, namespace, selector, self.clock() if now is None else now)
+        result = query(self.published, metric, namespace, selector, self.clock() if now is None else now)
+        self.notices.observe(result, metric, namespace, on_new=lambda: self._handoff.call(self.status.changed))
+        return result
 
     def snapshot(self) -> object:
         """Changes whenever an answer may change other than by time passing."""

@@ -252,6 +252,7 @@ class FakeKube:
         ResourceType(GROUP, "v1", "virtualmetricevents", "VirtualMetricEvent", False, status_subresource=True),
         ResourceType("", "v1", "configmaps", "ConfigMap", True, has_generation=False),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, has_generation=False),
+        ResourceType("", "v1", "events", "Event", True, has_generation=False),
     )
 
     def __init__(self, token: str = "fake-admin-token"):

@@ -156,6 +156,13 @@ def test_watch_driven_values_auth_and_status(cluster) -> None:
         time.sleep(0.1)
     assert ready.get("status") == "False" and "spec.metrics[0].value.expression" in ready.get("message", "")
     assert served(base) == ["60"]
+    # ... and as a Kubernetes Event on the object (the status writer's, cluster mode).
+    deadline = time.time() + 10
+    events: list = []
+    while len(events) < 2 and time.time() < deadline:  # Ready and ExpressionsValid
+        events = [e for e in fake.list_objects("Event") if e["involvedObject"]["name"] == "broken"]
+        time.sleep(0.05)
+    assert events and {(e["reason"], e["type"]) for e in events} == {("InvalidSpec", "Warning")}
 
     # Deleting the event falls back to the default value.
     fake.delete("VirtualMetricEvent", "campaign")

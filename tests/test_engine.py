@@ -95,19 +95,54 @@ def test_use_known_keeps_serving_when_stale(announcer: Announcer) -> None:
     assert status["stale"] is True
 
 
-def test_source_down_from_start_holds_only_after_stale_after(announcer: Announcer) -> None:
+def test_source_down_from_start_holds_from_the_start(announcer: Announcer) -> None:
+    """onStale: Hold and no successful fetch yet: 503 at once, not the default until staleAfter."""
     async def go():
         announcer.set_raw(b"not json")
         engine = await loaded_engine([metric(), api_event(announcer.url, interval="10s")])
         early = engine.query("rps", "service-a", A, NOW + 5)
         late = engine.query("rps", "service-a", A, NOW + 60)
         other = engine.query("rps", "service-b", parse_selector("resource=service-b"), NOW + 60)
+        announcer.set_items([{"start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 4}}])
+        await fetch_all(engine)
+        recovered = engine.query("rps", "service-a", A, NOW + 6)
         await engine.stop()
-        return early, late, other
-    early, late, other = run(go())
-    assert isinstance(early, Values) and [v.value for v in early.values] == [0.0]
+        return early, late, other, recovered
+    early, late, other, recovered = run(go())
+    assert isinstance(early, SourceOnHold)
+    assert "stage-vme" in early.message and "not fetched successfully yet" in early.message
     assert isinstance(late, SourceOnHold)
-    assert isinstance(other, Values)  # a target the stale source does not feed is unaffected
+    assert isinstance(other, Values)  # a target the source does not feed is unaffected
+    assert isinstance(recovered, Values) and [v.value for v in recovered.values] == [8.0]
+
+
+def test_source_down_from_start_use_known_serves_the_default(announcer: Announcer) -> None:
+    async def go():
+        announcer.set_raw(b"not json")
+        engine = await loaded_engine([metric(), api_event(announcer.url, interval="10s", on_stale="UseKnown")])
+        early = engine.query("rps", "service-a", A, NOW + 5)
+        await engine.stop()
+        return early
+    early = run(go())
+    assert isinstance(early, Values) and [v.value for v in early.values] == [0.0]
+
+
+def test_never_fetched_hold_source_naming_targets_from_labels_holds_unknown_targets(announcer: Announcer) -> None:
+    async def go():
+        announcer.set_raw(b"not json")
+        by_label = {"name": "rps", "resource": {"namespace": "service-a", "nameFromLabel": "app"},
+                    "value": {"expression": "scheduledMessage"}}
+        engine = await loaded_engine([metric(), api_event(announcer.url, entries=[by_label])])
+        before = engine.query("rps", "service-a", A, NOW + 5)
+        announcer.set_items([{"start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 4},
+                              "labels": {"app": "service-b"}}])
+        await fetch_all(engine)
+        after = engine.query("rps", "service-a", A, NOW + 6)
+        await engine.stop()
+        return before, after
+    before, after = run(go())
+    assert isinstance(before, SourceOnHold)
+    assert isinstance(after, Values) and [v.value for v in after.values] == [0.0]  # fetched: service-a is unknown
 
 
 def test_broken_objects_do_not_affect_others() -> None:
@@ -286,3 +321,36 @@ def test_a_rejected_new_event_gets_its_status_written() -> None:
     assert status is not None and notified
     ready = status[1]["conditions"][0]
     assert ready["status"] == "False" and "spec.metrics[0].value.expression" in ready["message"]
+
+
+def test_ready_only_once_every_source_finished_its_first_fetch(announcer: Announcer) -> None:
+    """A replica joins the Service when its Hold sources have answered (or failed) once, so a healthy
+    source never shows the never-fetched 503."""
+    import asyncio
+    import time
+
+    from adapter.engine import Engine
+
+    now = time.time()
+    announcer.set_items([{"start": now - 60, "end": now + 3600, "values": {"scheduledMessage": 5}}])
+
+    async def go():
+        engine = Engine(start_sources=True)
+        engine.resync("VirtualMetric", [metric()])
+        engine.resync("VirtualMetricEvent", [api_event(announcer.url)])
+        before_start = engine.synced
+        await engine.start()
+        states = []
+        deadline = asyncio.get_running_loop().time() + 10
+        while not engine.synced and asyncio.get_running_loop().time() < deadline:
+            runner = engine.events["stage-vme"].runner
+            states.append(runner is not None and runner.health.last_success is not None)
+            await asyncio.sleep(0.01)
+        ready = engine.synced
+        answer = engine.query("rps", "service-a", A)
+        await engine.stop()
+        return before_start, states, ready, answer
+    before_start, states, ready, answer = run(go())
+    assert before_start is False and ready is True
+    assert states and states[0] is False  # it was not ready while the fetch was pending
+    assert isinstance(answer, Values) and [v.value for v in answer.values] == [10.0]

@@ -227,7 +227,8 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     lead = {(group, res, verb, "") for group, res in (("apps", "deployments"), ("apps", "replicasets"), ("", "pods"))
             for verb in ("get", "list")}
     hpas = {("autoscaling", "horizontalpodautoscalers", verb, "") for verb in ("get", "list", "watch")}  # read-only
-    assert granted == crs | status | leases | lead | hpas
+    events = {("", "events", "create", "")}  # Events on condition changes
+    assert granted == crs | status | leases | lead | hpas | events
     assert not any(g[1] == "secrets" for g in granted)
 
 

@@ -24,8 +24,17 @@ RESOURCES = tuple(f"svc-{i}" for i in range(12))
 ONE = compile_expression("1")
 
 
+class Health:
+    def __init__(self, last_success: float | None) -> None:
+        self.last_success, self.last_error = last_success, None
+
+
 class Holder:
-    """Stands in for a fresh SourceRunner with onStale: Hold (compared by identity)."""
+    """Stands in for a SourceRunner with onStale: Hold (compared by identity); one that never fetched
+    keeps its targets on hold."""
+
+    def __init__(self, fetched: bool = True) -> None:
+        self.health = Health(NOW - 10 if fetched else None)
 
     def is_stale(self, now: float) -> bool:
         return False
@@ -67,6 +76,7 @@ def answers(published: Published) -> dict:
             values = [query(published, m, ns, parse_selector(f"resource={target.resource}"), NOW + s)
                       for s in range(-120, 4000, 97)]
             out[(m, ns, target.resource)] = (dict(target.labels), target.holder_names, target.sources,
+                                             target.never_fetched, part.waiting,
                                              [(v.values[0].value, v.valid_until) if isinstance(v, Values)
                                               else type(v).__name__ for v in values])
     return out
@@ -75,7 +85,7 @@ def answers(published: Published) -> dict:
 def test_key_level_updates_equal_a_full_rebuild_over_random_changes() -> None:
     rng = random.Random(12)
     for trial in range(25):
-        feeds = {f"ev-{i}": random_feed(rng, f"ev-{i}", Holder() if rng.random() < 0.3 else None) for i in range(5)}
+        feeds = {f"ev-{i}": random_feed(rng, f"ev-{i}", Holder(rng.random() < 0.7) if rng.random() < 0.3 else None) for i in range(5)}
         published = build_published(METRICS, [feeds[n] for n in sorted(feeds)], NOW)
         for step in range(6):
             name = rng.choice(sorted(feeds))
@@ -134,9 +144,9 @@ def test_engine_snapshot_rebuilds_only_its_targets_and_serves_the_new_values() -
 
 
 def test_a_burst_of_snapshots_is_published_in_pieces_and_ends_complete(monkeypatch) -> None:
-    import adapter.engine as engine_module
+    import adapter.publisher as publisher_module
 
-    monkeypatch.setattr(engine_module, "INLINE_TARGETS", 7)  # 3 events x 20 targets: 9 pieces
+    monkeypatch.setattr(publisher_module, "INLINE_TARGETS", 7)  # 3 events x 20 targets: 9 pieces
 
     def event(name: str, resources: range) -> dict:
         return schedule_event(name, [{"start": NOW, "end": NOW + 600, "values": {"n": 1}}],

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from adapter.labels import parse_selector
 from adapter.store.status import complete_status
 from tests.helpers import NOW, entry, loaded_engine, metric, run, schedule_event
 
@@ -32,6 +33,8 @@ def test_engine_status_validates_against_the_crds() -> None:
 
     async def go():
         engine = await loaded_engine(docs)
+        for i in range(25):  # queries for targets nothing feeds fill status.unknownTargets
+            engine.query("rps", "service-a", parse_selector(f"resource={'x' * 60}-{i}"), NOW)
         statuses = engine.statuses()
         await engine.stop()
         return statuses
@@ -42,4 +45,6 @@ def test_engine_status_validates_against_the_crds() -> None:
         generation, desired = statuses[(doc["kind"], doc["metadata"]["name"])]
         objects.append({**doc, "status": complete_status(generation, desired, {}, "2026-11-29T00:00:00Z")})
     assert validate_documents(objects, validators) == []
+    served_by = objects[1]["status"]  # "broken" wins the name "rps" (no creationTimestamp: by name)
+    assert len(served_by["unknownTargets"]) == 20 and served_by["metricName"] == "rps"
     assert {c["type"] for c in objects[2]["status"]["conditions"]} == {"Ready", "SourceHealthy", "ExpressionsValid"}

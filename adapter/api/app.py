@@ -39,6 +39,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
 MAX_CACHED_RESPONSES = 10_000
+MAX_SERVED_RECORDED = 8  # per answer: an HPA's query names one target
 # Bytes, not only entries: the HPA's answers are small and repeated; a large one is computed again.
 MAX_CACHED_BODY_BYTES = 64 * 1024
 MAX_CACHED_TOTAL_BYTES = 32 * 1024 * 1024
@@ -61,8 +62,8 @@ class PrescalerApp:
         self._own_names: tuple[Any, frozenset[str]] = (None, frozenset())
         self._ready = ready or (lambda: bool(getattr(provider, "synced", True)))
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
-        # (namespace, metric, query) -> (provider snapshot, valid until, status code, body)
-        self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes]] = {}
+        # (namespace, metric, query) -> (provider snapshot, valid until, status code, body, unknown targets)
+        self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes, int]] = {}
         self._cached_bytes = 0
         self.fastapi = _build_fastapi(self, lifespan)
 
@@ -103,8 +104,8 @@ class PrescalerApp:
             await _respond(send, answer.code, answer.body, [(b"content-type", answer.content_type.encode("latin-1"))])
             return "upstream", answer.code
         code = await self._value(scope, send, parts[1], parts[2])
-        # 200 and 503 answer only for a defined metric; other names fold into one label (bounded cardinality)
-        obs.record_query(parts[2], code, code in (200, 503))
+        # A metric label only for served names: typos in HPAs cannot grow the series.
+        obs.record_query(parts[2], code, self._is_own_metric(parts[2]))
         return "value", code
 
     async def _discovery(self, send: Send, method: str, body: bytes) -> int:
@@ -141,8 +142,10 @@ class PrescalerApp:
         published = self.provider.snapshot()
         if cached is not None and cached[0] is published and now < cached[1]:
             await _respond(send, cached[2], cached[3], _JSON)
+            if cached[4]:
+                obs.record_unknown_target(metric)
             return cached[2]
-        code, body, valid_until = self._compute_value(query_string, namespace, metric, now)
+        code, body, valid_until, unknown = self._compute_value(query_string, namespace, metric, now)
         size = len(body) + len(query_string)
         if code != 400 and size <= MAX_CACHED_BODY_BYTES:
             if len(self._responses) >= MAX_CACHED_RESPONSES or self._cached_bytes + size > MAX_CACHED_TOTAL_BYTES:
@@ -151,27 +154,32 @@ class PrescalerApp:
             previous = self._responses.get(cache_key)
             if previous is not None:
                 self._cached_bytes -= len(previous[3]) + len(query_string)
-            self._responses[cache_key] = (published, min(valid_until, math.floor(now) + 1.0), code, body)
+            self._responses[cache_key] = (published, min(valid_until, math.floor(now) + 1.0), code, body, unknown)
             self._cached_bytes += size
         await _respond(send, code, body, _JSON)
+        if unknown:
+            obs.record_unknown_target(metric)
         return code
 
     def _compute_value(self, query_string: bytes, namespace: str, metric: str,
-                       now: float) -> tuple[int, bytes, float]:
+                       now: float) -> tuple[int, bytes, float, int]:
+        """(code, body, valid until, number of unknown targets named)."""
         try:
             selector = parse_query_selector(_label_selector(query_string))
         except (SelectorError, UnicodeDecodeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, SelectorError) else f"invalid query string: {exc}"
-            return 400, wire.status(400, "BadRequest", message), now
+            return 400, wire.status(400, "BadRequest", message), now, 0
         result = self.provider.query(metric, namespace, selector, now)
         if isinstance(result, Values):
-            for target in result.values:  # what the HPA now sees, for dashboards (bounded LRU)
-                obs.record_served(metric, target.namespace, target.name, target.value)
-            return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
+            if namespace != "*":  # what an HPA (always namespaced) now sees, for dashboards (bounded LRU)
+                for target in result.values[:MAX_SERVED_RECORDED]:
+                    obs.record_served(metric, target.namespace, target.name, target.value)
+            return (200, wire.external_metric_value_list(metric, result.values, now), result.valid_until,
+                    len(result.unknown))
         if isinstance(result, MetricNotFound):
-            return 404, wire.status(404, "NotFound", result.message), math.inf
-        # SourceOnHold (stale, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
-        return 503, wire.status(503, "ServiceUnavailable", result.message), math.inf
+            return 404, wire.status(404, "NotFound", result.message), math.inf, 0
+        # SourceOnHold (stale or never fetched, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
+        return 503, wire.status(503, "ServiceUnavailable", result.message), math.inf, 0
 
 
 @functools.lru_cache(maxsize=256)

@@ -138,16 +138,19 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
             if feed.holder is not None:
                 holders.append((feed.holder, name))
         if holders:
+            # A holder that never fetched keeps its targets on hold (as build_published decides).
+            never = frozenset(n for h, n in holders if h.health.last_success is None)
             updated[resource] = Target(resource, k, labels, tuple(h for h, _ in holders),
-                                       tuple(n for _, n in holders), timelines, tuple(touched_by))
+                                       tuple(n for _, n in holders), timelines, tuple(touched_by), never)
         else:
             updated[resource] = Target(resource, k, labels, (), (), timelines, tuple(touched_by))
     removed = {r for r in resources if r not in updated and r in view.by_resource}
     by_resource = LayeredTargets.on(view.by_resource, updated, removed)
+    waiting = tuple(w for w in view.waiting if w[0].health.last_success is None)
     if removed or any(r not in view.by_resource for r in updated):
-        return PartitionView(view.timelines, None, by_resource)  # new order: sorted once, here
+        return PartitionView(view.timelines, None, by_resource, None, waiting)  # new order: sorted once, here
     # Same targets, same order: the list of targets is made again only if someone asks for it.
-    return PartitionView(view.timelines, None, by_resource, view.resources)
+    return PartitionView(view.timelines, None, by_resource, view.resources, waiting)
 
 
 class LayeredTargets(Mapping[str, Target]):

@@ -15,7 +15,15 @@ from typing import Any
 
 from adapter.errors import ValidationError
 from adapter.items import Item
-from adapter.pipeline.contributions import Contributions, EntryPlan, Partition, compile_entries, compute_contributions
+from adapter.labels import _label_value_errors
+from adapter.pipeline.contributions import (
+    Contributions,
+    EntryPlan,
+    Key,
+    Partition,
+    compile_entries,
+    compute_contributions,
+)
 from adapter.pipeline.publish import EventFeed
 from adapter.resources import (
     KIND_EVENT,
@@ -51,7 +59,12 @@ class EventState:
     entries: list[EntryPlan] = field(default_factory=list)
     runner: SourceRunner | None = None
     items: list[Item] = field(default_factory=list)  # the last snapshot
+    # Whether the current source has delivered a snapshot yet. Until it has, an onStale: Hold source
+    # keeps its targets (and unknown targets of its label-named partitions) on hold.
+    delivered: bool = False
     contributions: Contributions = field(default_factory=Contributions)
+    # Targets no HPA can query (see unreachable_targets), as "namespace/name: why"
+    unreachable: tuple[str, ...] = ()
 
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
@@ -188,6 +201,7 @@ class ObjectTable:
         change = Change(before | state.partitions)
         if source_changed:
             change.stop, state.runner = [state.runner] if state.runner else [], None
+            state.delivered = False
             self.set_items(state, [], change)
             try:
                 change.start.append((state, create_source(vme.source.kind, vme.source.config, vme.source.common,
@@ -232,6 +246,13 @@ class ObjectTable:
         state = self.events.get(name)
         if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
             return _nothing()  # most polls re-announce the same items
+        if not state.delivered:
+            # The first snapshot ends the hold of every target in the event's partitions, including
+            # those it names but gives no contribution: rebuild the partitions, not just its keys.
+            state.delivered = True
+            change = Change(set(state.partitions))
+            self.set_items(state, items, change)
+            return change
         before = state.contributions.by_key.keys()
         change = Change(set(), events={name})
         self.set_items(state, items, change)
@@ -243,10 +264,38 @@ class ObjectTable:
     def set_items(state: EventState, items: list[Item], change: Change) -> None:
         state.items = items
         state.contributions = compute_contributions(state.entries, items)
+        state.unreachable = unreachable_targets(state.entries, state.contributions.by_key)
         if state.contributions.dropped:
             change.dropped[state.name] = state.contributions.dropped
             log.warning("VirtualMetricEvent %s: dropped %d contribution(s): %s", state.name,
                         state.contributions.dropped, "; ".join(state.contributions.reasons))
+
+
+MAX_UNREACHABLE_LISTED = 20
+
+
+def unreachable_targets(entries: Iterable[EntryPlan], keys: Iterable[Key]) -> tuple[str, ...]:
+    """Targets whose values no HPA could ever read, with the reason (at most MAX_UNREACHABLE_LISTED).
+
+    An HPA queries `resource=<name>` in its own namespace: the namespace must be an RFC 1123 label
+    (the object parser already insists) and the name a valid label value -- at most 63 characters,
+    alphanumerics, '-', '_' and '.' -- which a Deployment name of 64+ characters or a label value
+    taken from an item (`nameFromLabel`) need not be."""
+    found: dict[str, str] = {}
+    targets = [(e.namespace, e.name) for e in entries if e.name is not None]
+    targets.extend((namespace, resource) for _, namespace, resource in keys)
+    for namespace, resource in targets:
+        if f"{namespace}/{resource}" in found:
+            continue
+        problems = [f"namespace: {p}" for p in _label_value_errors(namespace) if namespace]
+        problems += [f"name: {p}" for p in _label_value_errors(resource)]
+        if not resource:
+            problems.append("name: empty")
+        if problems:
+            found[f"{namespace}/{resource}"] = "; ".join(problems)
+            if len(found) >= MAX_UNREACHABLE_LISTED:
+                break
+    return tuple(f"{target}: {why}" for target, why in sorted(found.items()))
 
 
 def name_of(doc: Mapping[str, Any]) -> str | None:

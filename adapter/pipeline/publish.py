@@ -54,6 +54,10 @@ class Target(NamedTuple):
     # (adapter.pipeline.incremental) points at a small set of its own.
     timelines: TimelineSet | None = None
     sources: tuple[str, ...] = ()  # every event that names this target or contributes to it, by name
+    # Holders that had never fetched successfully when this snapshot was built: their targets are on
+    # hold until a snapshot built after the first success (which always triggers a rebuild), so a
+    # fetch that succeeds mid-rebuild never lets the default through.
+    never_fetched: frozenset[str] = frozenset()
 
     def timeline_set(self, partition: PartitionView) -> TimelineSet:
         return self.timelines if self.timelines is not None else partition.timelines
@@ -65,12 +69,16 @@ class PartitionView:
     `targets` is made on first use when not given: the HPA's query looks up `by_resource`, and a
     snapshot of one source must not pay for listing 100 000 targets it did not change."""
 
-    __slots__ = ("timelines", "by_resource", "resources", "_targets")
+    __slots__ = ("timelines", "by_resource", "resources", "waiting", "_targets")
 
     def __init__(self, timelines: TimelineSet, targets: tuple[Target, ...] | None,
-                 by_resource: Mapping[str, Target], resources: tuple[str, ...] | None = None):
+                 by_resource: Mapping[str, Target], resources: tuple[str, ...] | None = None,
+                 waiting: tuple[tuple[SourceRunner, str], ...] = ()):
         self.timelines = timelines  # may be shared with partitions rebuilt at the same time
         self.by_resource = by_resource
+        # Sources (onStale: Hold) that name targets from item labels and never fetched successfully: a
+        # target not known yet may be one of theirs, so it is on hold too instead of getting the default.
+        self.waiting = waiting
         # The targets' names, sorted (the order of `targets`).
         self.resources = resources if resources is not None else tuple(sorted(by_resource))
         self._targets = targets
@@ -165,15 +173,27 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     timelines = build_timelines(list(keys), table, contributions, policy_index=policy_index,
                                 workers=REBUILD_WORKERS)
     grouped: dict[Partition, list[Target]] = {}
+    never_fetched = {event.name for event in events
+                     if event.holder is not None and event.holder.health.last_success is None}
     for k, (metric, ns, resource) in enumerate(keys):
+        names_k = tuple(n for _, n in holders[k])
         grouped.setdefault((metric, ns), []).append(
-            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k]),
-                   timelines, tuple(sources[k])))
+            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), names_k, timelines, tuple(sources[k]),
+                   frozenset(n for n in names_k if n in never_fetched)))
+    waiting: dict[Partition, list[tuple[SourceRunner, str]]] = {}
+    for event in events:
+        if event.name in never_fetched and event.holder is not None:
+            for entry in event.entries:
+                if (entry.name is None and entry.metric in metrics
+                        and (wanted is None or entry.partition in wanted)):
+                    waiting.setdefault(entry.partition, []).append((event.holder, event.name))
+                    grouped.setdefault(entry.partition, [])
     partitions: dict[Partition, PartitionView] = {}
     if reuse and previous is not None and wanted is not None:
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
     for partition, targets in grouped.items():
         targets.sort(key=lambda t: t.resource)
         partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets},
-                                              tuple(t.resource for t in targets))
+                                              tuple(t.resource for t in targets),
+                                              tuple(dict.fromkeys(waiting.get(partition, ()))))
     return Published(dict(metrics), partitions, now)

@@ -30,6 +30,9 @@ class Values:
     # The answer stays the same until this time while the snapshot is the same (lets the HTTP
     # layer reuse a response body).
     valid_until: float = math.inf
+    # Resources the selector named that nothing feeds (served the default): usually a typo in an
+    # HPA's selector. The engine counts, logs and reports them.
+    unknown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
         return MetricNotFound(metric, f"the server could not find the metric {metric} for namespaces")
     pinned = selector.equality_values("resource")
     candidates: list[tuple[str, PartitionView, Target]] = []
+    found: PartitionView | None = None
     if namespace == "*":
         for (m, ns), part in published.partitions.items():
             if m == metric:
@@ -70,13 +74,16 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
                 candidates = [(namespace, found, t) for t in found.targets]
     values: list[TargetValue] = []
     seen: set[str] = set()
+    unknown: list[str] = []
     valid_until = math.inf
     default = vm.clamp(vm.default_value)
     for ns, part, target in candidates:
         if not selector.matches(target.labels):
             continue
         for runner, owner in zip(target.holders, target.holder_names):
-            if runner.is_stale(now):
+            # onStale: Hold also covers a source that never succeeded: it knows nothing yet, and the
+            # default value would contradict a replica that has fetched.
+            if owner in target.never_fetched or runner.is_stale(now):
                 return SourceOnHold(metric, _stale_message(metric, ns, target.resource, owner, runner, now))
             valid_until = min(valid_until, runner.stale_at())
         reading = target.timeline_set(part).value_and_next_change((metric, ns, target.resource), now)
@@ -93,9 +100,13 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
         for resource in sorted(pinned or ()):
             labels = {"resource": resource}
             if resource not in seen and selector.matches(labels):
+                if found is not None and found.waiting:
+                    runner, owner = found.waiting[0]
+                    return SourceOnHold(metric, _stale_message(metric, namespace, resource, owner, runner, now))
                 values.append(TargetValue(resource, namespace, labels, default))
+                unknown.append(resource)
     values.sort(key=lambda v: (v.namespace, v.name))
-    return Values(tuple(values), valid_until)
+    return Values(tuple(values), valid_until, tuple(unknown))
 
 
 def values_over(published: Published, metric: str, namespace: str, resource: str,
@@ -113,7 +124,10 @@ def values_over(published: Published, metric: str, namespace: str, resource: str
 
 def _stale_message(metric: str, ns: str, resource: str, owner: str, runner: SourceRunner, now: float) -> str:
     last = runner.health.last_success
-    since = f"last successful fetch {now - last:.0f}s ago" if last is not None else "no successful fetch yet"
     error = f"; last error: {runner.health.last_error}" if runner.health.last_error else ""
+    if last is None:
+        return (f"metric {metric} for {ns}/{resource} is on hold: the source of VirtualMetricEvent {owner} has "
+                f"not fetched successfully yet (onStale: Hold){error}")
     return (f"metric {metric} for {ns}/{resource} is on hold: the source of VirtualMetricEvent {owner} is "
-            f"stale ({since}, staleAfter {runner.source.common.stale_after:g}s, onStale: Hold){error}")
+            f"stale (last successful fetch {now - last:.0f}s ago, staleAfter "
+            f"{runner.source.common.stale_after:g}s, onStale: Hold){error}")

@@ -6,7 +6,7 @@ example to MetricNameConflict and back) is the hook for anything that reports tr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adapter.pipeline.objects import EventState, MetricNames, MetricState, resolve_metric_names
@@ -23,18 +23,24 @@ def condition(kind: str, ok: bool | None, reason: str, message: str, generation:
 
 
 def metric_status(state: MetricState, names: MetricNames, published: Published,
-                  lead_times: Any = None) -> dict[str, Any]:
+                  lead_times: Any = None, unknown_targets: Sequence[str] = ()) -> dict[str, Any]:
+    """`unknown_targets`: "namespace/name" queried for this metric that nothing feeds (latest last)."""
     gen = state.generation
     status: dict[str, Any] = {"observedGeneration": gen, "targets": 0}
     conflict = names.conflicts.get(state.name)
+    if state.metric is not None:
+        status["metricName"] = state.metric.metric_name  # the Metric column: spec.name may have defaulted
     if state.metric is None or state.error is not None:
         status["conditions"] = [condition("Ready", False, "InvalidSpec", state.error or "not loaded", gen)]
     elif conflict is not None:
         status["conditions"] = [condition("Ready", False, "MetricNameConflict", conflict, gen)]
     else:
-        status["metricName"] = state.metric.metric_name  # the CRD's Metric column: spec.name may default
         status["targets"] = published.target_count(state.metric.metric_name)
         status["conditions"] = [condition("Ready", True, "Valid", "metric is served", gen)]
+        if unknown_targets:
+            # Served the defaultValue (an empty answer would stop the HPA), but findable: most often a
+            # typo in an HPA's selector or namespace.
+            status["unknownTargets"] = sorted(unknown_targets)
     learned = lead_times.status(state.metric) if lead_times is not None and state.metric is not None else None
     if learned is not None:
         status["learnedLeadTime"] = learned  # leadTime: Auto (adapter.store.leadtime)
@@ -69,6 +75,10 @@ def event_status(state: EventState, published: Published, now: float) -> dict[st
     unknown_metrics = sorted(m for m in state.metric_names if m not in published.metrics)
     if state.contributions.dropped:
         exprs = condition("ExpressionsValid", False, "EvaluationFailed", "; ".join(state.contributions.reasons), gen)
+    elif state.unreachable:
+        exprs = condition("ExpressionsValid", False, "UnreachableTarget",
+                          "no HPA can query these targets (an HPA's namespace and its selector's resource value "
+                          "must be valid label values): " + "; ".join(state.unreachable), gen)
     else:
         exprs = condition("ExpressionsValid", True, "Valid", "all expressions compile and evaluate", gen)
     if unknown_metrics:
@@ -98,10 +108,17 @@ def is_stale(state: EventState, now: float) -> bool:
 
 
 def all_statuses(metrics: Mapping[str, MetricState], events: Mapping[str, EventState], published: Published,
-                 now: float, lead_times: Any = None) -> Statuses:
+                 now: float, lead_times: Any = None,
+                 unknown_targets: Mapping[str, Sequence[str]] | None = None) -> Statuses:
+    """`unknown_targets`: by metric name, targets queried that nothing feeds."""
     names = resolve_metric_names(metrics.values())
-    out: Statuses = {(KIND_METRIC, n): (s.generation, metric_status(s, names, published, lead_times))
-                     for n, s in metrics.items()}
+    unknown = unknown_targets or {}
+    out: Statuses = {
+        (KIND_METRIC, n): (s.generation, metric_status(
+            s, names, published, lead_times,
+            unknown.get(s.metric.metric_name, ()) if s.metric is not None else ()))
+        for n, s in metrics.items()
+    }
     for name, state in events.items():
         out[(KIND_EVENT, name)] = (state.generation, event_status(state, published, now))
     return out

@@ -10,7 +10,9 @@
 - `kind: Secret` documents (data or stringData) serve as the secret store for source headers.
 - `on_documents` (optional) sees every document after each reload: HorizontalPodPrescalers are
   checked against the HPAs in the same files that way (adapter/store/hpp_local.py).
-- Other kinds are ignored.
+- Other kinds (an HPA beside the metrics, say) are ignored; a document that looks meant for
+  prescaler (its group, or a kind close to ours such as `VirtualMetrics`) but is none of its kinds
+  is a warning: logged once and kept in `warnings` (`prescaler preview` prints them).
 - A reload never stops at one bad file or object: an unreadable file keeps its last good objects,
   an object the sink cannot take is left out (and logged), and everything else is applied.
 - YAML aliases are bounded: a file whose aliases would expand to more than MAX_ALIAS_EXPANSION
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import difflib
 import json
 import logging
 import os
@@ -32,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from adapter.resources import KIND_EVENT, KIND_METRIC
+from adapter.resources import GROUP, KIND_EVENT, KIND_METRIC
 
 log = logging.getLogger("prescaler.manifests")
 
@@ -43,6 +46,7 @@ MAX_ALIAS_EXPANSION = 100_000
 # libyaml's loader when PyYAML was built with it: the same safe subset, many times faster.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SUFFIXES = (".yaml", ".yml", ".json")
+OWN_KINDS = (KIND_METRIC, KIND_EVENT, "HorizontalPodPrescaler")  # the kinds of prescaler's API group
 
 
 class ManifestError(ValueError):
@@ -69,6 +73,8 @@ class ManifestStore:
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.on_documents: Callable[[list[dict[str, Any]]], None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self.warnings: list[str] = []  # documents ignored that look meant for prescaler
+        self._warned: set[str] = set()
         for path in self.paths:
             if not path.exists():
                 raise ManifestError(f"--manifests {path}: no such file or directory")
@@ -123,6 +129,7 @@ class ManifestStore:
         metrics: dict[str, dict[str, Any]] = {}
         events: dict[str, dict[str, Any]] = {}
         secrets: dict[tuple[str, str], dict[str, str]] = {}
+        warnings: list[str] = []
         for path in sorted(self.files):
             for doc in self.files[path].docs:
                 kind = doc.get("kind")
@@ -137,6 +144,12 @@ class ManifestStore:
                     target[key] = doc
                 elif kind == "Secret" and isinstance(name, str):
                     secrets[(str(meta.get("namespace") or "default"), name)] = _secret_data(doc)
+                elif (warning := _unknown_kind_warning(doc, path)) is not None:
+                    warnings.append(warning)
+        for warning in warnings:
+            if warning not in self._warned:
+                log.warning("%s", warning)
+        self.warnings, self._warned = warnings, set(warnings)
         self.secrets = secrets
         self._resync(KIND_METRIC, list(metrics.values()))
         self._resync(KIND_EVENT, list(events.values()))
@@ -327,3 +340,22 @@ def _secret_data(doc: Mapping[str, Any]) -> dict[str, str]:
 
 def env_paths(value: str | None) -> list[str]:
     return [p for p in (value or "").split(os.pathsep) if p]
+
+
+def _unknown_kind_warning(doc: Mapping[str, Any], path: Path) -> str | None:
+    """A warning for a document meant for prescaler that is neither of its kinds (None: not ours)."""
+    kind, api_version = doc.get("kind"), doc.get("apiVersion")
+    if kind in OWN_KINDS:
+        return None
+    ours = isinstance(api_version, str) and api_version.split("/")[0] == GROUP
+    # Near misses of the two kinds users write by hand (HorizontalPodPrescaler is one edit from
+    # HorizontalPodAutoscaler, a kind that legitimately sits beside it).
+    by_lower = {k.lower(): k for k in (KIND_METRIC, KIND_EVENT)}
+    close = difflib.get_close_matches(kind.lower(), list(by_lower), 1, 0.8) if isinstance(kind, str) else []
+    if not ours and not close:
+        return None
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
+    return (f"{path}: ignored document kind {kind!r} ({api_version}, name {name!r}): prescaler knows "
+            f"{', '.join(OWN_KINDS)} only{hint}")

@@ -18,6 +18,8 @@ How a write is decided, per object:
   always right, so a 409 can only come from a misbehaving server and is retried like any error.
 * **Rate limit with coalescing.** At most one write per object per ``min_interval``; changes in
   between are not queued, the next write simply carries the latest desired status.
+* **Events.** With an `EventRecorder`, every condition whose status or reason a write changes becomes
+  a Kubernetes Event on the object (rate-limited; see `adapter.store.events`).
 * **Errors never escape.** A failed write is retried with capped exponential backoff + jitter per
   object; 404 (object deleted meanwhile) drops the object. The server keeps serving.
 
@@ -45,6 +47,7 @@ from kubernetes.client.rest import ApiException
 from adapter import timefmt
 from adapter.resources import GROUP, VERSION
 from adapter.store.backoff import Backoff
+from adapter.store.events import EventRecorder, condition_changes
 from adapter.store.kube import PLURALS
 from adapter.store.lease import LeaseElector
 
@@ -92,8 +95,9 @@ class StatusWriter:
                  resync_interval: float = 300.0, idle_poll: float = 10.0,
                  backoff_initial: float = 1.0, backoff_max: float = 60.0,
                  clock: Callable[[], float] = time.monotonic, now: Callable[[], str] = rfc3339_now,
-                 request_timeout: float = 10.0):
+                 request_timeout: float = 10.0, events: EventRecorder | None = None):
         self.api = client.CustomObjectsApi(api_client)
+        self.events = events  # Kubernetes Events for condition changes (cluster mode)
         self.desired = desired
         self.elector = elector
         if elector is not None and elector.on_change is None:
@@ -196,6 +200,10 @@ class StatusWriter:
                 _request_timeout=self.request_timeout)
             self._known[key] = (result or {}).get("status") or target
             self._last_write[key] = self._clock()
+            if self.events is not None:
+                uid = ((result or {}).get("metadata") or {}).get("uid")
+                for change in condition_changes(kind, name, current, target):
+                    self.events.record(change, uid)
             self._retry_at.pop(key, None)
             self._backoff.pop(key, None)
             self.writes += 1
@@ -218,6 +226,8 @@ class StatusWriter:
         return delay
 
     def _forget(self, key: Key) -> None:
+        if self.events is not None and key in self._last_write:
+            self.events.forget(*key)
         for table in (self._known, self._last_write, self._retry_at, self._backoff):
             table.pop(key, None)  # type: ignore[attr-defined]
 

@@ -1,0 +1,103 @@
+"""Publishing: coalesce changes and turn them into the next `Published` snapshot.
+
+Two kinds of change arrive. An object change (a VirtualMetric or an event's entries) rebuilds whole
+(metric, namespace) partitions; that numpy-heavy build runs in a thread. An item snapshot of one
+source rebuilds only the targets it touches, on the event loop, a few thousand targets at a time with
+queries answered in between: in a thread this Python-level work would make every request wait for the
+GIL behind it (a busy thread takes the GIL back for a whole switch interval each time the loop's I/O
+lets go of it). Bursts of changes are coalesced by a short delay; a publication in progress picks up
+whatever arrived meanwhile before it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection, Mapping
+
+from adapter import heap
+from adapter import observability as obs
+from adapter.handoff import LoopHandOff
+from adapter.pipeline.contributions import Partition
+from adapter.pipeline.incremental import publish_changes, split_targets
+from adapter.pipeline.objects import MetricNames, ObjectTable, resolve_metric_names
+from adapter.pipeline.publish import EMPTY, Published
+
+# Item snapshots are rebuilt on the event loop in pieces of this many targets (a few ms each).
+INLINE_TARGETS = 2000
+
+
+class Publisher:
+    def __init__(self, table: ObjectTable, clock: Callable[[], float], handoff: LoopHandOff,
+                 on_published: Callable[[], None], rebuild_delay: float, snapshot_delay: float):
+        self.table, self.clock, self.handoff, self.on_published = table, clock, handoff, on_published
+        self.rebuild_delay = rebuild_delay
+        # An item snapshot rebuilds only its targets (milliseconds), so it waits less to coalesce.
+        self.snapshot_delay = min(snapshot_delay, rebuild_delay)
+        self.published: Published = EMPTY
+        self.names = MetricNames({}, {})
+        self._handle: asyncio.TimerHandle | None = None
+        self._running = False
+        self._changed = False
+        self._partitions: set[Partition] | None = None  # partitions to rebuild; None: everything
+        # Targets to rebuild one by one (item snapshots), and the events whose items changed.
+        self._targets: dict[Partition, set[str]] = {}
+        self._events: set[str] = set()
+
+    @property
+    def busy(self) -> bool:  # a change is waiting to be published
+        return self._changed or self._running or self._handle is not None
+
+    def everything(self, delay: float | None = None) -> None:
+        self.partitions(None, delay)
+
+    def partitions(self, partitions: set[Partition] | None, delay: float | None = None) -> None:
+        """Rebuild these partitions (None: all of them) soon."""
+        self._changed = True
+        self._partitions = None if partitions is None or self._partitions is None else self._partitions | partitions
+        if self.handoff.loop is not None and self._handle is None and not self._running:
+            self._handle = self.handoff.loop.call_later(self.rebuild_delay if delay is None else delay, self._start)
+
+    def targets(self, targets: Mapping[Partition, Collection[str]], events: Collection[str]) -> None:
+        """Rebuild these targets, whose contributions from `events` changed, soon."""
+        for partition, resources in targets.items():
+            self._targets.setdefault(partition, set()).update(resources)
+        self._events.update(events)
+        self.partitions(set(), self.snapshot_delay)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _start(self) -> None:
+        self._handle = None
+        asyncio.get_running_loop().create_task(self.publish_now())
+
+    async def publish_now(self) -> None:
+        """Publish every pending change (coalesces concurrent calls)."""
+        if self._running:
+            return
+        self._running = True
+        try:
+            while self._changed:
+                partitions, self._partitions, self._changed = self._partitions, set(), False
+                targets, events, self._targets, self._events = self._targets, self._events, {}, set()
+                self.names = resolve_metric_names(self.table.metrics.values(), self.names)
+                started = time.perf_counter()
+                feeds = self.table.feeds()
+                if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
+                    pieces = split_targets(targets, INLINE_TARGETS)
+                    for number, piece in enumerate(pieces, 1):
+                        self.published = publish_changes(self.names.served, feeds, self.clock(), self.published,
+                                                         set(), piece, events)
+                        if number < len(pieces):
+                            heap.after_publish()
+                            await asyncio.sleep(0)
+                else:  # whole partitions: the numpy-heavy build runs off the loop
+                    self.published = await asyncio.to_thread(publish_changes, self.names.served, feeds,
+                                                             self.clock(), self.published, partitions, targets, events)
+                heap.after_publish()
+                obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
+                self.on_published()
+        finally:
+            self._running = False
