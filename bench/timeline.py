@@ -86,7 +86,7 @@ def bench_query(n_targets: int) -> float:
         engine = Engine(start_sources=False)
         keys, policies, arrays = synthetic(n_targets, n_targets * 10)
         from adapter.resources import VirtualMetric
-        metrics = {"rps": VirtualMetric(name="rps", metric_name="rps", lead_time=300.0)}
+        metrics = {"rps": VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=300.0))}
         published = _build_published(metrics, [], 0.0)
         timelines = build_timelines(keys, policies, arrays)
         targets: dict = {}
