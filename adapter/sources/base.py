@@ -3,18 +3,26 @@
 A source turns its spec into *items* (`adapter.items.Item`). The runner (`adapter.sources.runner`)
 owns scheduling, snapshot replacement, staleness and metrics, so a source only knows how to fetch.
 
-To add a kind: subclass `Source`, set `kind`, implement `parse_config` (validate the spec with field
-paths) and `fetch`, and register it in `adapter.sources.registry`.
+To add a kind: subclass `Source[YourConfig]`, set `kind`, implement `parse_config` (validate the spec
+with field paths) and `fetch`, and list the class in `adapter.sources.registry`
+(docs/adding-a-source.md walks through it).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from adapter.items import Item
+from adapter.resources import CommonSourceSettings
+
+__all__ = ["CommonSourceSettings", "FetchResult", "SecretResolver", "Source", "SourceContext", "no_secrets"]
+
+ConfigT = TypeVar("ConfigT")
+
+MAX_WARNINGS = 20
 
 
 class SecretResolver(Protocol):
@@ -27,6 +35,32 @@ def no_secrets(namespace: str, name: str, key: str) -> str:
     raise LookupError(f"secret {namespace}/{name} key {key!r}: no secret store configured")
 
 
+class ExpansionBudget:
+    """Items that all calendar (schedule) sources of one server may expand at once.
+
+    Each source records what its last expansion produced; a new expansion may use what the others
+    leave free, so ten thousand `* * * * *` calendars cannot take the server's memory between them.
+    """
+
+    def __init__(self, total: int):
+        self.total = total
+        self._used: dict[int, int] = {}
+
+    def available(self, owner: object) -> int:
+        others = sum(count for key, count in self._used.items() if key != id(owner))
+        return max(0, self.total - others)
+
+    def record(self, owner: object, count: int) -> None:
+        self._used[id(owner)] = count
+
+    def release(self, owner: object) -> None:
+        self._used.pop(id(owner), None)
+
+
+# Generous for real calendars (a `* * * * *` window over the default 2-day lookahead is ~4 300).
+DEFAULT_EXPANSION_BUDGET = 1_000_000
+
+
 @dataclass
 class SourceContext:
     """What sources may use from outside; injected so tests can replace each part."""
@@ -36,20 +70,26 @@ class SourceContext:
     clock: Callable[[], float] | None = None
     # Addresses a source may reach although they are link-local / metadata (explicit opt-in).
     allow_private_networks: bool = False
+    # Shared by the sources created with this context (one per server).
+    expansion_budget: ExpansionBudget = field(default_factory=lambda: ExpansionBudget(DEFAULT_EXPANSION_BUDGET))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class CommonSourceSettings:
-    """Fields every source kind shares (DESIGN §2 extensions, §6)."""
+class FetchResult:
+    """What one fetch produced: the complete snapshot plus what status should tell the user."""
 
-    interval: float = 30.0
-    timeout: float = 5.0
-    stale_after: float = 150.0
-    on_stale: str = "Hold"  # Hold | UseKnown
+    items: Sequence[Item]
+    # Problems that did not fail the fetch (a skipped item, a series that could not be forecast).
+    warnings: Sequence[str] = ()
+    # A short human note for status (e.g. which forecast model was chosen), empty when none.
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warnings", tuple(self.warnings[:MAX_WARNINGS]))
 
 
-class Source(abc.ABC):
+class Source(abc.ABC, Generic[ConfigT]):
     """A configured source. Instances are created per VirtualMetricEvent and reused across fetches."""
 
     kind: ClassVar[str]
@@ -57,19 +97,35 @@ class Source(abc.ABC):
     never_stale: ClassVar[bool] = False
     default_interval: ClassVar[float] = 30.0
 
-    def __init__(self, config: Any, common: CommonSourceSettings, context: SourceContext):
+    def __init__(self, config: ConfigT, common: CommonSourceSettings, context: SourceContext):
         self.config = config
         self.common = common
         self.context = context
 
     @classmethod
     @abc.abstractmethod
-    def parse_config(cls, spec: Mapping[str, Any], path: str) -> Any:
+    def parse_config(cls, spec: Mapping[str, Any], path: str) -> ConfigT:
         """Validate the kind-specific spec; raise adapter.errors.ValidationError(path + field, msg)."""
 
+    @classmethod
+    def value_names(cls, config: ConfigT) -> frozenset[str] | None:
+        """The value names every item carries, so expressions naming others fail at load time.
+
+        None (the default) when they depend on the data, as for the `api` kind.
+        """
+        return None
+
     @abc.abstractmethod
-    async def fetch(self, now: float) -> list[Item]:
+    async def fetch(self, now: float) -> FetchResult:
         """Return the complete current snapshot of items, or raise adapter.errors.SourceError."""
+
+    def fetch_deadline(self) -> float:
+        """Seconds one whole fetch may take before the runner abandons it.
+
+        The HTTP timeout covers one request; kinds that send several requests or compute (forecast)
+        override this.
+        """
+        return self.common.timeout + 1.0
 
     def describe(self) -> str:
         """A short human description for logs and status (never includes secrets)."""

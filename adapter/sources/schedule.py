@@ -16,11 +16,15 @@ Cron expressions are therefore expanded on *naive local* time and each occurrenc
 the zone; a local time skipped by a spring-forward gap maps to the instant one offset later, and a
 time repeated by a fall-back fold is taken once (its first occurrence), as most cron daemons do.
 
-Nothing here can fail at fetch time, so the source never goes stale.
+The source never goes stale: it needs nothing from outside. Its fetch can still fail, and say so in
+status, when a calendar expands to more items than one object (MAX_ITEMS_PER_CALENDAR) or all
+calendars of the server together (SourceContext.expansion_budget) may hold; expansion stops at that
+bound instead of running to the end, and runs in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
@@ -30,10 +34,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from adapter.errors import ValidationError
+from adapter.errors import SourceError, ValidationError
+from adapter.fields import expect_mapping, read_duration, read_string, reject_unknown
 from adapter.items import Item, ItemError, parse_item
-from adapter.resources import expect_mapping, read_duration, read_string, reject_unknown
-from adapter.sources.base import Source
+from adapter.sources.base import FetchResult, Source
 
 DAY = 86400.0
 DEFAULT_LOOKAHEAD = 2 * DAY
@@ -42,6 +46,8 @@ MAX_WINDOWS = 1000
 MAX_INLINE_ITEMS = 10_000
 # Expansion bound per window per fetch: "* * * * *" over 3 days is 4320, so this is generous.
 MAX_OCCURRENCES = 20_000
+# Items one calendar may expand to per fetch (inline items included).
+MAX_ITEMS_PER_CALENDAR = 20_000
 
 _DAY_NAMES = {name: i for i, names in enumerate([
     ("mon", "monday"), ("tue", "tues", "tuesday"), ("wed", "wednesday"), ("thu", "thur", "thurs", "thursday"),
@@ -79,7 +85,15 @@ class ScheduleConfig:
     lookahead: float
 
 
-class ScheduleSource(Source):
+class ExpansionLimit(Exception):
+    """The expansion reached its bound; `limit` is the bound that was hit."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+class ScheduleSource(Source[ScheduleConfig]):
     kind = "schedule"
     never_stale = True
     default_interval = 60.0
@@ -110,18 +124,44 @@ class ScheduleSource(Source):
         config: ScheduleConfig = self.config
         return f"schedule ({len(config.items)} items, {len(config.windows)} windows, {config.zone.key})"
 
-    async def fetch(self, now: float) -> list[Item]:
-        return expand(self.config, now)
+    async def fetch(self, now: float) -> FetchResult:
+        budget = self.context.expansion_budget
+        shared = budget.available(self)
+        limit = min(MAX_ITEMS_PER_CALENDAR, shared)
+        budget.record(self, limit)  # reserve before expanding: other calendars expand concurrently
+        try:
+            items = await asyncio.to_thread(expand, self.config, now, limit)
+        except ExpansionLimit:
+            budget.record(self, 0)
+            if limit < MAX_ITEMS_PER_CALENDAR:
+                raise SourceError(f"the calendars of this server may expand to {budget.total} items in "
+                                  f"total and others hold all but {limit}; this calendar needs more "
+                                  "(shorten lookahead or remove windows here or elsewhere)") from None
+            raise SourceError(f"the calendar expands to more than {MAX_ITEMS_PER_CALENDAR} items within "
+                              f"its lookahead ({self.config.lookahead:g}s); shorten lookahead or use "
+                              "fewer or less frequent windows") from None
+        budget.record(self, len(items))
+        return FetchResult(items=items)
+
+    async def close(self) -> None:
+        self.context.expansion_budget.release(self)
 
 
-def expand(config: ScheduleConfig, now: float) -> list[Item]:
-    """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order."""
+def expand(config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALENDAR) -> list[Item]:
+    """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order.
+
+    Raises ExpansionLimit as soon as there would be more than `limit` items.
+    """
     lo, hi = now - DAY, now + config.lookahead
     out = [item for item in config.items if item.end > lo and item.start < hi]
+    if len(out) > limit:
+        raise ExpansionLimit(limit)
     for window in config.windows:
         occurrences = _cron_occurrences(window, lo, hi) if isinstance(window, CronWindow) \
             else _daily_occurrences(window, lo, hi)
         for start, end in occurrences:
+            if len(out) >= limit:
+                raise ExpansionLimit(limit)
             # Deterministic id: re-expanding on the next fetch yields the same ids (no double count).
             out.append(Item(start=start, end=end, values=window.values, id=f"window{window.index}@{start:.0f}"))
     return out
