@@ -11,6 +11,7 @@ with field paths) and `fetch`, and list the class in `adapter.sources.registry`
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -36,29 +37,39 @@ def no_secrets(namespace: str, name: str, key: str) -> str:
 
 
 class ExpansionBudget:
-    """Items that all calendar (schedule) sources of one server may expand at once.
+    """Items that all calendar (schedule) sources of one server may hold at once.
 
-    Each source records what its last expansion produced; a new expansion may use what the others
-    leave free, so ten thousand `* * * * *` calendars cannot take the server's memory between them.
+    A calendar takes from the budget as its expansion produces items (from worker threads, hence
+    the lock) and gives its share back before its next expansion and when it is deleted, so ten
+    thousand `* * * * *` calendars cannot take the server's memory between them.
     """
 
     def __init__(self, total: int):
         self.total = total
         self._used: dict[int, int] = {}
+        self._sum = 0
+        self._lock = threading.Lock()
 
-    def available(self, owner: object) -> int:
-        others = sum(count for key, count in self._used.items() if key != id(owner))
-        return max(0, self.total - others)
-
-    def record(self, owner: object, count: int) -> None:
-        self._used[id(owner)] = count
+    def take(self, owner: object, count: int) -> bool:
+        """Record `count` more items for `owner`; False (and nothing recorded) beyond the total."""
+        with self._lock:
+            if self._sum + count > self.total:
+                return False
+            self._used[id(owner)] = self._used.get(id(owner), 0) + count
+            self._sum += count
+            return True
 
     def release(self, owner: object) -> None:
-        self._used.pop(id(owner), None)
+        with self._lock:
+            self._sum -= self._used.pop(id(owner), 0)
+
+    @property
+    def used(self) -> int:
+        return self._sum
 
 
-# Generous for real calendars (a `* * * * *` window over the default 2-day lookahead is ~4 300).
-DEFAULT_EXPANSION_BUDGET = 1_000_000
+# About 80 MB of items; a `* * * * *` window over the default 2-day lookahead is ~4 300 items.
+DEFAULT_EXPANSION_BUDGET = 250_000
 
 
 @dataclass

@@ -557,7 +557,9 @@ class HttpClient:
             chunks: list[bytes] = []
             # Raw (still encoded) bytes: httpx would inflate a whole network chunk at once.
             async for raw in response.aiter_raw():
-                chunks.extend(decoder.feed(raw))
+                for piece in decoder.feed(raw):
+                    chunks.append(piece)
+                    await asyncio.sleep(0)  # inflating is CPU work: let the loop serve in between
             decoder.finish()
             return HttpResponse(status=response.status_code, body=b"".join(chunks),
                                 content_type=response.headers.get("content-type", ""), url=shown)

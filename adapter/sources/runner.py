@@ -53,9 +53,9 @@ class StartSpreader:
     """Hands out first-fetch delays: the first runners start at once, at `rate` per second; when
     that would wait longer than a source's interval, a random point within the interval is used."""
 
-    def __init__(self, rate: float = START_RATE_PER_SECOND, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, rate: float | None = None, clock: Callable[[], float] = time.monotonic,
                  rng: random.Random | None = None):
-        self._gap = 1.0 / rate
+        self._gap = 1.0 / (rate or START_RATE_PER_SECOND)
         self._clock = clock
         self._next = -math.inf
         self._rng = rng or random.Random()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -93,6 +93,10 @@ class ExpansionLimit(Exception):
         self.limit = limit
 
 
+class BudgetExhausted(Exception):
+    """The server-wide expansion budget has no room for more items."""
+
+
 class ScheduleSource(Source[ScheduleConfig]):
     kind = "schedule"
     never_stale = True
@@ -126,42 +130,65 @@ class ScheduleSource(Source[ScheduleConfig]):
 
     async def fetch(self, now: float) -> FetchResult:
         budget = self.context.expansion_budget
-        shared = budget.available(self)
-        limit = min(MAX_ITEMS_PER_CALENDAR, shared)
-        budget.record(self, limit)  # reserve before expanding: other calendars expand concurrently
+        budget.release(self)  # this expansion replaces the previous one
+
+        def take(count: int) -> bool:
+            return budget.take(self, count)
+
         try:
-            items = await asyncio.to_thread(expand, self.config, now, limit)
-        except ExpansionLimit:
-            budget.record(self, 0)
-            if limit < MAX_ITEMS_PER_CALENDAR:
-                raise SourceError(f"the calendars of this server may expand to {budget.total} items in "
-                                  f"total and others hold all but {limit}; this calendar needs more "
-                                  "(shorten lookahead or remove windows here or elsewhere)") from None
-            raise SourceError(f"the calendar expands to more than {MAX_ITEMS_PER_CALENDAR} items within "
-                              f"its lookahead ({self.config.lookahead:g}s); shorten lookahead or use "
-                              "fewer or less frequent windows") from None
-        budget.record(self, len(items))
+            items = await asyncio.to_thread(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
+        except BudgetExhausted:
+            budget.release(self)
+            raise SourceError(f"the calendars of this server may expand to {budget.total} items in total "
+                              "and the others hold the rest; shorten lookahead or remove windows here or "
+                              "elsewhere") from None
+        except ExpansionLimit as exc:
+            budget.release(self)
+            raise SourceError(f"the calendar expands to more than {exc.limit} items within its "
+                              f"lookahead ({self.config.lookahead:g}s); shorten lookahead or use fewer "
+                              "or less frequent windows") from None
         return FetchResult(items=items)
 
     async def close(self) -> None:
         self.context.expansion_budget.release(self)
 
 
-def expand(config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALENDAR) -> list[Item]:
+# Items taken from the shared budget at a time (a calendar may hold up to this many more than it uses).
+_TAKE_STEP = 1024
+
+
+def _no_budget(count: int) -> bool:
+    return True
+
+
+def expand(config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALENDAR,
+           take: Callable[[int], bool] = _no_budget) -> list[Item]:
     """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order.
 
-    Raises ExpansionLimit as soon as there would be more than `limit` items.
+    Raises ExpansionLimit as soon as there would be more than `limit` items, or when `take` (the
+    shared budget, asked for items in steps) says no.
     """
     lo, hi = now - DAY, now + config.lookahead
     out = [item for item in config.items if item.end > lo and item.start < hi]
     if len(out) > limit:
         raise ExpansionLimit(limit)
+    taken = 0
+
+    def reserve(needed: int) -> None:
+        nonlocal taken
+        while taken < needed:
+            if not take(_TAKE_STEP):
+                raise BudgetExhausted
+            taken += _TAKE_STEP
+
+    reserve(len(out))
     for window in config.windows:
         occurrences = _cron_occurrences(window, lo, hi) if isinstance(window, CronWindow) \
             else _daily_occurrences(window, lo, hi)
         for start, end in occurrences:
             if len(out) >= limit:
                 raise ExpansionLimit(limit)
+            reserve(len(out) + 1)
             # Deterministic id: re-expanding on the next fetch yields the same ids (no double count).
             out.append(Item(start=start, end=end, values=window.values, id=f"window{window.index}@{start:.0f}"))
     return out
@@ -194,6 +221,7 @@ def _cron_occurrences(window: CronWindow, lo: float, hi: float) -> Iterator[tupl
         end = start + window.duration
         if end > lo and start < hi:
             yield start, end
+    raise ExpansionLimit(MAX_OCCURRENCES)  # did not reach the end of the lookahead
 
 
 def _daily_occurrences(window: DailyWindow, lo: float, hi: float) -> Iterator[tuple[float, float]]:
