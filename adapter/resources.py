@@ -1,4 +1,4 @@
-"""Typed models of the two custom resources (DESIGN §2), parsed from plain dicts (YAML or API JSON).
+"""Typed models of the two custom resources, parsed from plain dicts (YAML or API JSON).
 
 `prescaler.pingpong.ai/v1`, cluster-scoped: `VirtualMetric` and `VirtualMetricEvent`. Parsing is
 strict (unknown fields are errors, as with a structural CRD schema) and every error names the object
@@ -26,7 +26,7 @@ KIND_EVENT = "VirtualMetricEvent"
 ON_STALE = ("Hold", "UseKnown")
 COMMON_SOURCE_FIELDS = ("interval", "timeout", "staleAfter", "onStale")
 
-# A metric name becomes a URL path segment (wire.md §1.1): no '/', '%', and not '.' or '..'.
+# A metric name becomes a URL path segment: no '/', '%', and not '.' or '..'.
 _METRIC_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:|]{0,251}[A-Za-z0-9_])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -239,7 +239,7 @@ def _parse_source(raw: Any, source_parsers: Mapping[str, SourceKindParser]) -> S
                               + (f" (got {', '.join(kinds)})" if kinds else ""))
     kind = kinds[0]
     block = dict(expect_mapping(src[kind], f"spec.source.{kind}"))
-    # The shared settings may sit beside the kind (DESIGN §2) or inside its block; the same field in
+    # The shared settings may sit beside the kind or inside its block; the same field in
     # both places must agree, so a manifest can never mean two things.
     common_raw: dict[str, Any] = {}
     for key in COMMON_SOURCE_FIELDS:

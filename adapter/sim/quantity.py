@@ -1,4 +1,4 @@
-"""Exact Kubernetes Quantity parsing for the HPA simulator (wire.md §2.2, hpa.md §4, §11.1).
+"""Exact Kubernetes Quantity parsing for the HPA simulator (docs/hpa-algorithm.md).
 
 The HPA controller works in int64 milli-units: every target and every metric value goes through
 `Quantity.MilliValue()`. To reproduce its decisions bit for bit we parse quantities exactly (Decimal,
@@ -46,7 +46,7 @@ def milli_value(value: Decimal) -> int:
 
 def to_milli(value: object) -> int:
     """Milli-units of a metric value: a quantity string, an int, or a float read exactly via its repr
-    (hpa.md §11.1: `ceil(Decimal(str(x)) * 1000)`, never float `x * 1000`)."""
+    (`ceil(Decimal(str(x)) * 1000)`, never float `x * 1000`)."""
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"metric value {value!r} is not finite")

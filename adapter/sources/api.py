@@ -1,4 +1,4 @@
-"""`api` source: an HTTP(S) GET that returns the seed's item document (DESIGN §2).
+"""`api` source: an HTTP(S) GET that returns the seed's item document.
 
     {"items": [{"start": 1700545800, "end": 1700545860, "values": {"scheduledMessage": 50}, "id": "b1"}]}
 

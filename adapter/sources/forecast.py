@@ -1,4 +1,4 @@
-"""`forecast` source: history (Prometheus range query or an HTTP endpoint) plus a model (DESIGN §7).
+"""`forecast` source: history (Prometheus range query or an HTTP endpoint) plus a model.
 
     forecast:
       history:

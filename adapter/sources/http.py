@@ -1,4 +1,4 @@
-"""Safe async HTTP GET shared by the `api`, `prometheus` and `forecast` sources (DESIGN §6).
+"""Safe async HTTP GET shared by the `api`, `prometheus` and `forecast` sources (rules in docs/failure-rules.md).
 
 What "safe" means here:
 - one overall deadline per request (a server that drips one byte a second cannot hold a fetch open);

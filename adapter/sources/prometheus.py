@@ -1,4 +1,4 @@
-"""`prometheus` source: a PromQL instant query whose current value becomes an item (DESIGN §2).
+"""`prometheus` source: a PromQL instant query whose current value becomes an item.
 
     prometheus:
       url: http://prometheus.monitoring:9090          # base URL (a path prefix is kept)

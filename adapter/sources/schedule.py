@@ -1,4 +1,4 @@
-"""`schedule` source: a calendar of known campaigns written in the manifest (DESIGN §2).
+"""`schedule` source: a calendar of known campaigns written in the manifest.
 
     schedule:
       timeZone: Asia/Seoul                 # IANA name, default UTC
