@@ -7,7 +7,7 @@ Cases (each runs in its own process, so peak RSS is the case's own):
   bomb-gzip-gzip  `Content-Encoding: gzip, gzip`, a few KB on the wire, --inside-mib MiB inside
   bomb-gzip       one gzip layer with the same content
   items-1m        an `api` body of 1 000 000 items (maxResponseBytes raised to let it through)
-  schedules       --schedules calendars with cron `* * * * *` fetched together on one loop
+  schedules       --schedules calendars with cron `* * * * *` under real SourceRunners for 75 s
 
 `--baseline DIR` runs every case against the `adapter` package in DIR too (e.g. a `git archive main`
 export), for before/after figures measured in one run on the same machine.
@@ -138,19 +138,34 @@ def run_case(case: str, data_dir: Path, schedules: int) -> dict[str, object]:
 
 
 async def fetch_schedules(context: object, count: int) -> str:
+    """`count` calendars under real SourceRunners (as the engine runs them) for SCHEDULE_SECONDS."""
     import asyncio
 
     from adapter.sources.base import CommonSourceSettings
+    from adapter.sources.runner import SourceRunner
     from adapter.sources.schedule import ScheduleSource
 
     block = {"windows": [{"cron": "* * * * *", "duration": "1m", "values": {"n": 1}}]}
     config = ScheduleSource.parse_config(block, "spec.source.schedule")
-    sources = [ScheduleSource(config, CommonSourceSettings(interval=60), context) for _ in range(count)]  # type: ignore[arg-type]
-    results = await asyncio.gather(*(source.fetch(T0) for source in sources), return_exceptions=True)
-    failed = [r for r in results if isinstance(r, BaseException)]
-    items = sum(len(getattr(r, "items", r)) for r in results if not isinstance(r, BaseException))
-    first = f"; first refusal: {str(failed[0])[:80]}" if failed else ""
-    return f"{count - len(failed)} calendars expanded ({items} items), {len(failed)} refused{first}"
+    held: dict[str, int] = {}
+
+    def on_snapshot(name: str, items: list[object]) -> None:
+        held[name] = len(items)
+
+    runners = [SourceRunner(f"vme{i}", ScheduleSource(config, CommonSourceSettings(interval=60), context),  # type: ignore[arg-type]
+                            on_snapshot) for i in range(count)]
+    for runner in runners:
+        runner.start()
+    await asyncio.sleep(SCHEDULE_SECONDS)
+    failing = [r for r in runners if r.health.last_error]
+    for runner in runners:
+        await runner.stop()
+    first = f"; e.g. {failing[0].health.last_error[:70]}" if failing else ""
+    return (f"after {SCHEDULE_SECONDS}s: {len(held)} calendars serving {sum(held.values())} items, "
+            f"{len(failing)} refused{first}")
+
+
+SCHEDULE_SECONDS = 75
 
 
 # ---------------------------------------------------------------- driver

@@ -59,6 +59,9 @@ class ExpansionBudget:
             self._sum += count
             return True
 
+    def has_room(self, count: int) -> bool:
+        return self._sum + count <= self.total
+
     def release(self, owner: object) -> None:
         with self._lock:
             self._sum -= self._used.pop(id(owner), 0)

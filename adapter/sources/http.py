@@ -40,6 +40,7 @@ import httpx
 from adapter.errors import SourceError, ValidationError
 from adapter.fields import expect_mapping, read_bool, read_number, read_string, reject_unknown
 from adapter.sources.base import SourceContext
+from adapter.sources.work import off_loop
 
 T = TypeVar("T")
 
@@ -657,7 +658,7 @@ async def get_document(client: HttpClient, options: HttpOptions, context: Source
     headers.update(extra_headers or {})
     response = await client.get(url or options.url, timeout=timeout, max_bytes=options.max_response_bytes,
                                 headers=headers, params=params)
-    return await asyncio.to_thread(parse, response)
+    return await off_loop(parse, response)
 
 
 def _describe_http_error(exc: httpx.HTTPError) -> str:

@@ -24,7 +24,6 @@ bound instead of running to the end, and runs in a worker thread, off the event 
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +37,7 @@ from adapter.errors import SourceError, ValidationError
 from adapter.fields import expect_mapping, read_duration, read_string, reject_unknown
 from adapter.items import Item, ItemError, parse_item
 from adapter.sources.base import FetchResult, Source
+from adapter.sources.work import off_loop
 
 DAY = 86400.0
 DEFAULT_LOOKAHEAD = 2 * DAY
@@ -136,7 +136,9 @@ class ScheduleSource(Source[ScheduleConfig]):
             return budget.take(self, count)
 
         try:
-            items = await asyncio.to_thread(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
+            if not budget.has_room(_TAKE_STEP):
+                raise BudgetExhausted  # without starting: the others hold everything
+            items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
         except BudgetExhausted:
             budget.release(self)
             raise SourceError(f"the calendars of this server may expand to {budget.total} items in total "
