@@ -369,3 +369,13 @@ def test_octal_metadata_url_is_a_load_error_naming_the_field():
     with pytest.raises(ValidationError) as caught:
         parse_virtual_metric_event(doc, config_parsers())
     assert "spec.source.api.url" in str(caught.value) and "dotted decimal" in str(caught.value)
+
+
+def test_a_failure_that_repeats_logs_its_traceback_once(monkeypatch, caplog):
+    monkeypatch.setattr("adapter.sources.runner.MAX_BACKOFF_EXPONENT", -10)
+    source = Flaky([OverflowError("again")] * 5)
+    runner = SourceRunner("vme", source, lambda _name, _items: None, spreader=StartSpreader(rate=1e9))
+    with caplog.at_level("WARNING", logger="prescaler.sources"):
+        run_until(runner, lambda: runner.health.last_success is not None)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert source.calls == 6 and len(tracebacks) == 1

@@ -136,7 +136,7 @@ class SourceRunner:
             return False
         except Exception as exc:  # noqa: BLE001 - a bug in one source must not stop its loop
             obs.SOURCE_LOOP_ERRORS.labels(kind=kind, stage="fetch").inc()
-            log.exception("source of VirtualMetricEvent %s failed unexpectedly", self.owner)
+            self._log_traceback("source of VirtualMetricEvent %s failed unexpectedly")
             self._failed(f"internal error in {kind} source: {type(exc).__name__}: {exc}", kind)
             return False
         finally:
@@ -152,7 +152,7 @@ class SourceRunner:
             self._on_snapshot(self.owner, items)
         except Exception as exc:  # noqa: BLE001
             obs.SOURCE_LOOP_ERRORS.labels(kind=kind, stage="publish").inc()
-            log.exception("VirtualMetricEvent %s: taking the %s snapshot failed", self.owner, kind)
+            self._log_traceback("VirtualMetricEvent %s: taking the snapshot failed")
             self._failed(f"internal error while using the {kind} items: {type(exc).__name__}: {exc}", kind)
             return False
         self.health.last_success = self._clock()
@@ -165,6 +165,14 @@ class SourceRunner:
         obs.SOURCE_LAST_SUCCESS.labels(event=self.owner).set(self.health.last_success)
         self._health_changed()
         return True
+
+    def _log_traceback(self, message: str) -> None:
+        """The traceback once per run of failures: a poll that fails the same way every interval
+        must not fill the log (the one-line warning of _failed still says it goes on)."""
+        if self.health.consecutive_failures == 0:
+            log.exception(message, self.owner)
+        else:
+            log.debug(message, self.owner, exc_info=True)
 
     def _failed(self, message: str, kind: str) -> None:
         self.health.last_error = message
