@@ -46,9 +46,15 @@ bench: install tools
 	$(PY) bench/forecast.py
 	$(PY) bench/scaling.py
 
+# Every shell script in the repository: *.sh files and executables whose first line is a sh/bash shebang.
+SHELL_SCRIPTS = $(shell find . \( -path ./.venv -o -path ./.git -o -path ./.run \) -prune -o -type f \
+	\( -name '*.sh' -o -perm -u+x \) -print | while read -r f; do \
+	head -n1 "$$f" | grep -qE '^\#!.*[/ ](ba)?sh( |$$)' && echo "$$f"; done)
+
 lint: install
 	$(VENV)/bin/ruff check adapter tests bench
 	$(VENV)/bin/mypy adapter
+	shellcheck $(SHELL_SCRIPTS)
 
 clean:
 	rm -rf $(VENV) .run .pytest_cache

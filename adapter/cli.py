@@ -1,4 +1,9 @@
-"""`prescaler` command line: serve, certs, forecast, backtest, simulate, preview, demo-announcer."""
+"""`prescaler` command line: serve, validate, certs, forecast, backtest, simulate, preview, demo-announcer.
+
+Every failure a user can cause ends in one line on stderr (``prescaler <command>: ...``) and a
+non-zero exit, never a traceback: usage errors exit 2, runtime errors 1, a closed output pipe 141
+(what a shell reports for SIGPIPE, so ``prescaler forecast ... | head`` behaves like other tools).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,20 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from adapter import __version__
+from adapter import __version__, logs
 
 log = logging.getLogger("prescaler")
 
+EXIT_RUNTIME_ERROR = 1
+EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+
 # Subcommands contributed by their own packages: module -> function adding argparse subparsers.
 _SUBCOMMAND_MODULES = (
+    "adapter.validate",
     "adapter.serving.certs_cli",
     "adapter.forecast.cli",
     "adapter.sim.cli",
@@ -24,9 +34,54 @@ _SUBCOMMAND_MODULES = (
     "adapter.demo.announcer",
 )
 
+# One help text per flag that several subcommands share (filled in where a module left it empty), so
+# the same thing is described, and named, the same way everywhere.
+COMMON_HELP = {
+    "manifests": "YAML files or directories with VirtualMetric/VirtualMetricEvent objects",
+    "metric": "external metric name (a VirtualMetric's spec.name)",
+    "namespace": "namespace of the target, as the HPA queries it",
+    "resource": "target name, the labelSelector's resource= value",
+    "allow_private_networks": "let sources reach link-local and cloud metadata addresses (refused by default)",
+    "kubeconfig": "kubeconfig to read objects from (default: in-cluster, then ~/.kube/config)",
+    "json": "print the full JSON document",
+}
+
+
+# Descriptions for subcommands whose module gives none (shown by `prescaler COMMAND --help`).
+DESCRIPTIONS = {
+    "preview": "Compute a metric's served values for one target over a coming window, from manifests, with "
+               "the same pipeline as the server, and explain each step: the value, and the objects and items "
+               "that contributed to it. Prints a table, or JSON with --json; --plot writes a PNG.",
+}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default (``none`` when it has none) or that it is required."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.help == argparse.SUPPRESS or "default" in text or "required" in text:
+            return action.help
+        if not action.option_strings:  # positionals: described by their help alone
+            return text
+        if action.required:
+            return f"{text} (required)"
+        if action.nargs == 0:  # switches: off unless given
+            return f"{text} (default: off)" if isinstance(action, argparse._StoreTrueAction) else text
+        default = action.default
+        if default is None or default == [] or default == argparse.SUPPRESS:
+            return f"{text} (default: none)"
+        if isinstance(default, list):
+            default = ",".join(str(v) for v in default)
+        return f"{text} (default: {default})"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prescaler", description="Future-aware external metrics for native HPAs.")
+    parser = argparse.ArgumentParser(
+        prog="prescaler", formatter_class=HelpFormatter,
+        description="Future-aware external metrics for native HPAs: serve them (serve), check manifests "
+                    "offline (validate), see why a value is what it is (preview), prove it on traffic "
+                    "(simulate, forecast, backtest), and set up TLS (certs).")
     parser.add_argument("--version", action="version", version=f"prescaler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
@@ -37,7 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
             log.debug("subcommands of %s unavailable: %s", module_name, exc)
             continue
         module.add_parsers(sub)
+    for name, subparser in subcommands(parser).items():
+        subparser.formatter_class = HelpFormatter
+        subparser.prog = f"prescaler {name}"
+        if not subparser.description:
+            subparser.description = DESCRIPTIONS.get(name)
+        for action in subparser._actions:
+            if action.help is None and action.dest in COMMON_HELP:
+                action.help = COMMON_HELP[action.dest]
     return parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def _add_serve(sub: Any) -> None:
@@ -45,13 +115,14 @@ def _add_serve(sub: Any) -> None:
                             description="Serve external.metrics.k8s.io/v1beta1 over HTTPS. With --manifests the "
                             "objects come from YAML files (local mode); otherwise they are watched in the cluster.")
     parser.add_argument("--manifests", nargs="+", metavar="PATH", default=None,
-                        help="YAML files or directories with VirtualMetric/VirtualMetricEvent objects (local mode)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig for reading objects (default: in-cluster)")
-    parser.add_argument("--allow-private-networks", action="store_true",
-                        help="let sources reach link-local and cloud metadata addresses (refused by default)")
-    parser.add_argument("--v", "-v", dest="verbosity", type=int, default=1, help="log verbosity (0-4)")
+                        help=COMMON_HELP["manifests"] + " (local mode; without it the cluster is watched)")
+    parser.add_argument("--kubeconfig", default=None, help=COMMON_HELP["kubeconfig"])
+    parser.add_argument("--allow-private-networks", action="store_true", help=COMMON_HELP["allow_private_networks"])
     parser.add_argument("--write-kubeconfig", metavar="PATH", default=None,
                         help="write a kubeconfig for this server (local mode convenience: kubectl --kubeconfig PATH)")
+    parser.add_argument("--metrics-max-served-targets", type=int, default=500, metavar="N",
+                        help="prescaler_served_value keeps the N targets HPAs queried most recently (bounds "
+                             "its series)")
     parser.add_argument("--status-namespace", default=os.environ.get("POD_NAMESPACE", "prescaler"),
                         help="namespace of the Lease that elects the status writer")
     from adapter.serving.server import add_serving_flags
@@ -60,35 +131,46 @@ def _add_serve(sub: Any) -> None:
     from adapter.auth.factory import add_auth_flags
 
     add_auth_flags(parser, include_kubeconfig=False)  # --kubeconfig above serves both
+    logs.add_logging_flags(parser)
     parser.set_defaults(func=run_serve)
-
-
-def _configure_logging(verbosity: int) -> None:
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if verbosity < 3:
-        logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from adapter.serving.server import serve, serving_options_from_args
+    from adapter.store.kube import KubeConfigError
 
-    _configure_logging(args.verbosity)
+    logs.configure(args.verbosity, args.logging_format)
     try:
         if args.write_kubeconfig:
             _prepare_local_tls(args)
         app, client_cas = build_app(args)
-        options = serving_options_from_args(args, log_level="info" if args.verbosity >= 2 else "warning",
-                                            access_log=args.verbosity >= 3, client_ca_pems=client_cas)
-    except (ValueError, OSError) as exc:  # includes AuthConfigError and ManifestError
+        options = serving_options_from_args(args, log_level=logs.uvicorn_log_level(args.verbosity),
+                                            access_log=logs.access_log_enabled(args.verbosity),
+                                            client_ca_pems=client_cas)
+    except (ValueError, OSError, KubeConfigError) as exc:  # includes AuthConfigError and ManifestError
         print(f"prescaler serve: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         serve(app, options)
+        failures = getattr(args, "startup_failures", [])
+        if failures:
+            raise StartupFailed(f"start-up failed: {failures[0]}")
     except OSError as exc:
-        print(f"prescaler serve: cannot listen on {args.bind_address}:{args.secure_port}: {exc}", file=sys.stderr)
-        return 1
+        print(f"prescaler serve: cannot listen on {args.bind_address}:{args.secure_port}: {_os_reason(exc)}",
+              file=sys.stderr)
+        return EXIT_RUNTIME_ERROR
+    except StartupFailed as exc:
+        print(f"prescaler serve: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME_ERROR
     return 0
+
+
+class StartupFailed(RuntimeError):
+    """The server's start-up (lifespan) failed; the message says why."""
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def _prepare_local_tls(args: argparse.Namespace) -> None:
@@ -108,7 +190,7 @@ def _prepare_local_tls(args: argparse.Namespace) -> None:
         args.tls_cert_file, args.tls_private_key_file = str(out / "tls.crt"), str(key_path)
     host = "127.0.0.1" if args.bind_address in ("0.0.0.0", "::", "") else args.bind_address
     write_kubeconfig(Path(args.write_kubeconfig), f"https://{host}:{args.secure_port}", Path(args.tls_cert_file))
-    print(f"kubeconfig for this server: {args.write_kubeconfig}", file=sys.stderr)
+    log.info("kubeconfig for this server: %s", args.write_kubeconfig)
 
 
 def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = None) -> None:
@@ -130,11 +212,15 @@ def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = N
 def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """The whole server as an ASGI app (store -> engine -> API, auth in front) and the provider of
     client CAs for the TLS layer."""
+    from adapter import observability
     from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
     from adapter.sources.base import SourceContext
     from adapter.store.manifests import ManifestStore
+    from adapter.version import git_commit
 
+    observability.set_build_info(__version__, git_commit())
+    observability.SERVED.resize(args.metrics_max_served_targets)  # ValueError: a usage error
     context = SourceContext(allow_private_networks=args.allow_private_networks)
     engine = Engine(context)
     manifest_store: ManifestStore | None = None
@@ -143,15 +229,26 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         context.secrets = manifest_store.resolve_secret
 
     kube: dict[str, Any] = {}
+    api_client = None
+    if manifest_store is None:
+        # Cluster mode: find the cluster now, so a missing one is one clear error before serving.
+        from adapter.store.kube import load_api_client
+
+        api_client = load_api_client(args.kubeconfig)
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        await engine.start()
-        if manifest_store is not None:
-            manifest_store.start()
-            log.info("local mode: serving objects from %s", ", ".join(args.manifests))
-        else:
-            kube.update(_start_kube(args, engine, context))
+        try:
+            await engine.start()
+            if manifest_store is not None:
+                manifest_store.start()
+                log.info("local mode: serving objects from %s", ", ".join(args.manifests))
+            else:
+                kube.update(_start_kube(args, api_client, engine, context))
+        except Exception as exc:
+            # uvicorn stops serving and returns normally; run_serve turns this into an exit code.
+            args.startup_failures = [*getattr(args, "startup_failures", []), exc]
+            raise
         try:
             yield
         finally:
@@ -170,17 +267,16 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     return AuthMiddleware(app, authenticator, authorizer), client_cas
 
 
-def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str, Any]:
+def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context: Any) -> dict[str, Any]:
     """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
     import base64
 
     from kubernetes import client
 
-    from adapter.store.kube import KubeStore, load_api_client
+    from adapter.store.kube import KubeStore
     from adapter.store.lease import LeaseElector
     from adapter.store.status import StatusWriter
 
-    api_client = load_api_client(args.kubeconfig)
     core = client.CoreV1Api(api_client)
 
     def resolve_secret(namespace: str, name: str, key: str) -> str:
@@ -194,7 +290,7 @@ def _start_kube(args: argparse.Namespace, engine: Any, context: Any) -> dict[str
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
-    writer = StatusWriter(api_client, engine.desired_status, elector=elector)
+    writer = StatusWriter(api_client, engine.status.current, elector=elector)
     engine.on_status_change(writer.notify)
     writer.start()
     return {"stoppers": [writer.stop, store.stop], "store": store}
@@ -205,11 +301,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USAGE
+    command = f"prescaler {args.command}"
+    if args.command != "serve":  # serve configures its own logging from its flags
+        logs.configure(getattr(args, "verbosity", 0), getattr(args, "logging_format", "text"))
+    with _one_line_errors(command) as outcome:
+        outcome.code = int(args.func(args) or 0)
+    return outcome.code
+
+
+class _Outcome:
+    code: int = 0
+
+
+@contextlib.contextmanager
+def _one_line_errors(command: str) -> Iterator[_Outcome]:
+    """Turn the failures a user can cause into one line on stderr and an exit code."""
+    outcome = _Outcome()
     try:
-        return int(args.func(args) or 0)
+        yield outcome
     except KeyboardInterrupt:
-        return 130
+        outcome.code = 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly-but-visibly. Point stdout at /dev/null so the
+        # interpreter's final flush does not print a second error.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"{command}: output closed early (broken pipe)", file=sys.stderr)
+        outcome.code = EXIT_BROKEN_PIPE
+    except OSError as exc:
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"{command}:{where} {_os_reason(exc)}", file=sys.stderr)
+        outcome.code = EXIT_RUNTIME_ERROR
 
 
 if __name__ == "__main__":

@@ -15,126 +15,21 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-
 from adapter.durations import DurationError, parse_duration
-from adapter.engine import Engine
-from adapter.expressions import ExpressionError
+from adapter.items import Item
+from adapter.pipeline.objects import ObjectTable, resolve_metric_names
+from adapter.pipeline.preview import PreviewRequest, parse_time, preview_document
+from adapter.pipeline.publish import build_published
+from adapter.pipeline.query import MetricNotFound
+from adapter.sources.base import Source
+from adapter.sources.runner import SourceRunner
 from adapter.timefmt import rfc3339
 
-MAX_STEPS = 10_000
-
-
-@dataclass(frozen=True)
-class PreviewRequest:
-    metric: str
-    namespace: str
-    resource: str
-    start: float
-    duration: float = 7200.0
-    step: float = 60.0
-
-
-def preview(engine: Engine, req: PreviewRequest) -> dict[str, Any]:
-    """The preview document. Raises LookupError for an unknown metric, ValueError for bad ranges."""
-    pub = engine.published
-    vm = pub.metrics.get(req.metric)
-    if vm is None:
-        raise LookupError(f"no VirtualMetric serves metric {req.metric!r}")
-    if req.step <= 0 or req.duration < 0:
-        raise ValueError("step must be positive and duration non-negative")
-    count = int(req.duration // req.step) + 1
-    if count > MAX_STEPS:
-        raise ValueError(f"{count} steps requested; at most {MAX_STEPS} (use a larger step)")
-    times = req.start + np.arange(count) * req.step
-    key = (req.metric, req.namespace, req.resource)
-    if key in pub.timelines:
-        values = pub.timelines.values_at(key, times)
-    else:
-        values = np.full(count, vm.clamp(vm.default_value))
-    contributions = _contributions(engine, key, vm.hold_time)
-    steps = []
-    for t, v in zip(times.tolist(), values.tolist()):
-        window_end = t + vm.lead_time
-        active = [c for c in contributions if c["start"] <= window_end and c["activeUntil"] > t]
-        steps.append({"time": _iso(t), "unix": t, "value": v, "contributions": active})
-    return {
-        "metric": req.metric, "namespace": req.namespace, "resource": req.resource,
-        "virtualMetric": vm.name, "mergeStrategy": vm.merge_strategy, "defaultValue": vm.default_value,
-        "leadTime": vm.lead_time, "holdTime": vm.hold_time, "min": vm.min, "max": vm.max,
-        "explanation": ("value(t) = clamp(max over s in [t, t+leadTime] of "
-                        f"{vm.merge_strategy}(contributions active at s) or defaultValue, min, max)"),
-        "steps": steps,
-    }
-
-
-def _contributions(engine: Engine, key: tuple[str, str, str], hold: float) -> list[dict[str, Any]]:
-    out = []
-    metric, namespace, resource = key
-    for name in sorted(engine.events):
-        state = engine.events[name]
-        for entry in state.entries:
-            if entry.metric != metric or entry.namespace != namespace:
-                continue
-            for item in state.items:
-                target = entry.name if entry.name is not None else item.labels.get(entry.name_from_label or "")
-                if target != resource:
-                    continue
-                try:
-                    value: float | None = entry.expression.evaluate(item.values)
-                    error = None
-                except ExpressionError as exc:
-                    value, error = None, str(exc)
-                record = {"event": name, "entry": entry.index, "expression": entry.expression.text,
-                          "itemId": item.id, "start": item.start, "end": item.end,
-                          "activeUntil": item.end + hold, "values": dict(item.values), "value": value}
-                if error:
-                    record["error"] = error
-                out.append(record)
-    return out
-
-
 _iso = rfc3339
-
-
-def parse_time(text: str | None, now: float) -> float:
-    if text is None or text == "now":
-        return now
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"invalid time {text!r}: use unix seconds, RFC3339 or 'now'") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-# ---------------------------------------------------------------- HTTP route on the running server
-
-
-def install_preview_routes(api: Any, engine: Engine) -> None:
-    from fastapi.responses import JSONResponse
-
-    @api.get("/prescaler/v1/preview")
-    async def preview_route(metric: str, namespace: str, resource: str, start: str | None = None,
-                            duration: str = "2h", step: str = "1m") -> JSONResponse:
-        try:
-            req = PreviewRequest(metric, namespace, resource, parse_time(start, engine.clock()),
-                                 parse_duration(duration), parse_duration(step))
-            return JSONResponse(preview(engine, req))
-        except LookupError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
-        except (ValueError, DurationError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-
 
 # ---------------------------------------------------------------- CLI
 
@@ -145,8 +40,9 @@ def add_parsers(subparsers: Any) -> None:
     parser.add_argument("--metric", required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--resource", required=True)
-    parser.add_argument("--from", dest="start", default=None, help="start time (unix, RFC3339 or now)")
-    parser.add_argument("--for", dest="duration", default="2h", help="window length (default 2h)")
+    parser.add_argument("--from", dest="start", default=None, help="start time: unix, RFC3339 or now (default: now)")
+    parser.add_argument("--duration", default="2h", help="window length, as the route's duration=")
+    parser.add_argument("--for", dest="duration", help=argparse.SUPPRESS)  # the flag's old name
     parser.add_argument("--step", default="1m", help="step (default 1m)")
     parser.add_argument("--plot", default=None, help="write a PNG plot of the values")
     parser.add_argument("--json", action="store_true", help="print the full JSON document")
@@ -170,38 +66,70 @@ def run_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Collector:
+    """The object sink the manifest store feeds: documents straight into an ObjectTable."""
+
+    def __init__(self, table: ObjectTable):
+        self.table = table
+        self.sources: dict[str, Source] = {}  # event name -> its source, not started
+
+    def apply(self, doc: Mapping[str, Any]) -> None:
+        for state, source in self.table.apply(doc).start:
+            self.sources[state.name] = source
+
+    def delete(self, kind: str, name: str) -> None:
+        self.table.delete(kind, name)
+        self.sources.pop(name, None)
+
+    def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
+        for doc in docs:
+            self.apply(doc)
+
+    def mark_synced(self, kind: str) -> None:
+        pass
+
+
 async def _preview_from_manifests(args: argparse.Namespace) -> dict[str, Any]:
+    """Load the manifests, fetch every source once as of the start, and run the pipeline."""
     from adapter.sources.base import SourceContext
     from adapter.store.manifests import ManifestError, ManifestStore
 
     context = SourceContext(allow_private_networks=args.allow_private_networks)
     start = parse_time(args.start, time.time())
     # Sources are fetched as of the preview's start, so a calendar is expanded around that time.
-    engine = Engine(context, clock=lambda: start, start_sources=False)
+    context.clock = lambda: start
+    table = ObjectTable(context)
+    collector = _Collector(table)
     try:
-        store = ManifestStore(engine, args.manifests)
+        store = ManifestStore(collector, args.manifests)
     except ManifestError as exc:
         raise ValueError(str(exc)) from None
     context.secrets = store.resolve_secret
-    await engine.start()
     store.poll()
-    await engine.settle()
     for error in store.errors.values():
         print(f"warning: {error}", file=sys.stderr)
-    runners = [s.runner for s in engine.events.values() if s.runner is not None]
-    await asyncio.gather(*(r.fetch_once() for r in runners))
-    for state in engine.events.values():
+    snapshots: dict[str, list[Item]] = {}
+    runners = [SourceRunner(name, source, snapshots.__setitem__, clock=lambda: start)
+               for name, source in collector.sources.items() if name in table.events]
+    try:
+        await asyncio.gather(*(r.fetch_once() for r in runners))
+    finally:
+        await asyncio.gather(*(r.source.close() for r in runners), return_exceptions=True)
+    for runner in runners:
+        table.events[runner.owner].runner = runner
+        if runner.health.last_error:
+            print(f"warning: VirtualMetricEvent {runner.owner}: {runner.health.last_error}", file=sys.stderr)
+        table.snapshot(runner.owner, snapshots.get(runner.owner, []))
+    for state in table.events.values():
         if state.error:
             print(f"warning: {state.error}", file=sys.stderr)
-        elif state.runner and state.runner.health.last_error:
-            print(f"warning: VirtualMetricEvent {state.name}: {state.runner.health.last_error}", file=sys.stderr)
-    await engine.settle()
+    published = build_published(resolve_metric_names(table.metrics.values()).served, table.feeds(), start)
     req = PreviewRequest(args.metric, args.namespace, args.resource, start,
                          parse_duration(args.duration), parse_duration(args.step))
-    try:
-        return preview(engine, req)
-    finally:
-        await engine.stop()
+    doc = preview_document(published, table.events, req)
+    if isinstance(doc, MetricNotFound):
+        raise LookupError(doc.message)
+    return doc
 
 
 def _print_table(doc: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Timelines: contributions merged per (metric, target) into the served value V(t) (DESIGN §3).
+"""Timelines: contributions merged per (metric, target) into the served value V(t).
 
 For one key (metric m, target r):
   F(s) = mergeStrategy over contributions active at s (active on [start, end + holdTime)),
@@ -19,7 +19,7 @@ breakpoint is combined with its key index into one sortable int64 (`key << 43 | 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -340,28 +340,3 @@ def _range_max(f: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         width = 1 << int(lv)
         out[sel] = np.maximum(table[lv][lo[sel]], table[lv][hi[sel] - width + 1])
     return out
-
-
-def reference_value(policy: MetricPolicy, contributions: Sequence[Contribution], t: float,
-                    probe_points: Mapping[str, float] | None = None) -> float:
-    """Brute-force V(t) straight from DESIGN §3, for tests: evaluate F at every point where it can
-    change inside [t, t + leadTime] and take the peak."""
-    def merged(s: float) -> float:
-        active = [c.value for c in contributions if c.start <= s < c.end + policy.hold_time]
-        if not active:
-            return policy.default_value
-        if policy.merge_strategy == "Sum":
-            return math.fsum(active)
-        if policy.merge_strategy == "Max":
-            return max(active)
-        if policy.merge_strategy == "Min":
-            return min(active)
-        return math.fsum(active) / len(active)
-
-    horizon = t + policy.lead_time
-    points = {t, horizon}
-    for c in contributions:
-        for edge in (c.start, c.end + policy.hold_time):
-            if t <= edge <= horizon:
-                points.add(edge)
-    return policy.clamp(max(merged(s) for s in points))

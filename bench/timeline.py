@@ -80,22 +80,20 @@ def bench_expressions(n_items: int) -> None:
 
 
 def bench_query(n_targets: int) -> float:
-    from adapter.engine import Engine, _build_published
+    from adapter.engine import Engine
+    from adapter.pipeline.publish import PartitionView, Published, Target
 
     async def go() -> float:
         engine = Engine(start_sources=False)
         keys, policies, arrays = synthetic(n_targets, n_targets * 10)
         from adapter.resources import VirtualMetric
         metrics = {"rps": VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=300.0))}
-        published = _build_published(metrics, [], 0.0)
         timelines = build_timelines(keys, policies, arrays)
-        targets: dict = {}
+        grouped: dict = {}
         for k, (m, ns, r) in enumerate(keys):
-            targets.setdefault((m, ns), []).append((r, k))
-        engine.published = published.__class__(
-            timelines=timelines, metrics=metrics, targets={k: tuple(v) for k, v in targets.items()},
-            labels=tuple({"resource": r} for _, _, r in keys), holders=tuple(() for _ in keys),
-            holder_names=tuple(() for _ in keys))
+            grouped.setdefault((m, ns), []).append(Target(r, k, {"resource": r}))
+        engine.published = Published(metrics, {p: PartitionView(timelines, tuple(t), {x.resource: x for x in t})
+                                               for p, t in grouped.items()})
         selector = parse_selector(f"resource={keys[-1][2]}")
         namespace = keys[-1][1]
         # The HPA's query: its namespace, one resource. Per namespace there are n_targets/100 targets.

@@ -23,7 +23,7 @@ $SUDO apt-get update -q
 # in containers (no systemd), and the tests run their own server anyway.
 $SUDO apt-get install -y -q --no-install-recommends prometheus
 
-command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || {
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
     echo "install-prometheus: prometheus/promtool still missing after install" >&2
     exit 1
-}
+fi

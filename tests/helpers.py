@@ -43,14 +43,24 @@ async def loaded_engine(docs: Iterable[dict[str, Any]], now: float = NOW) -> Eng
     docs = list(docs)
     engine.resync("VirtualMetric", [d for d in docs if d["kind"] == "VirtualMetric"])
     engine.resync("VirtualMetricEvent", [d for d in docs if d["kind"] == "VirtualMetricEvent"])
-    await engine.settle()
+    await settle(engine)
     await fetch_all(engine)
     return engine
 
 
+async def settle(engine: Engine) -> None:
+    """Wait (bounded) until every pending change is published."""
+    for _ in range(200):
+        await engine.rebuild_now()
+        if not engine.busy:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the engine did not settle within 2 s")
+
+
 async def fetch_all(engine: Engine) -> None:
     await asyncio.gather(*(s.runner.fetch_once() for s in engine.events.values() if s.runner))
-    await engine.settle()
+    await settle(engine)
 
 
 def client(engine: Engine) -> httpx.AsyncClient:
@@ -67,3 +77,13 @@ def free_port() -> int:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def event_status(engine: Engine, name: str, now: float | None = None) -> dict[str, Any]:
+    from adapter.pipeline.status import event_status as build
+
+    return build(engine.events[name], engine.published, engine.clock() if now is None else now)
+
+
+def metric_status(engine: Engine, name: str) -> dict[str, Any]:
+    return engine.statuses()[("VirtualMetric", name)][1]

@@ -5,8 +5,20 @@ from __future__ import annotations
 import pytest
 
 from adapter.labels import parse_selector
+from adapter.pipeline.query import MetricNotFound, SourceOnHold, Values
 from tests.announcer_server import Announcer
-from tests.helpers import NOW, entry, fetch_all, loaded_engine, metric, run, schedule_event
+from tests.helpers import (
+    NOW,
+    entry,
+    event_status,
+    fetch_all,
+    loaded_engine,
+    metric,
+    metric_status,
+    run,
+    schedule_event,
+    settle,
+)
 
 EVERYTHING = parse_selector("")
 A = parse_selector("resource=service-a")
@@ -28,7 +40,7 @@ def announcer():
 
 def value(engine, selector=A, namespace="service-a", now=None):
     result = engine.query("rps", namespace, selector, now)
-    assert result.error_code == 0, result.error_message
+    assert isinstance(result, Values), result
     return [v.value for v in result.values]
 
 
@@ -56,7 +68,7 @@ def test_failed_fetch_keeps_items_and_hold_turns_503_when_stale(announcer: Annou
         engine.test_clock["now"] = NOW + 30
         await fetch_all(engine)
         still = value(engine, now=NOW + 30)
-        status = engine.event_status("stage-vme")
+        status = event_status(engine, "stage-vme")
         stale = engine.query("rps", "service-a", A, NOW + 51)  # staleAfter = 5 x 10s after the last success
         await engine.stop()
         return still, status, stale
@@ -64,8 +76,8 @@ def test_failed_fetch_keeps_items_and_hold_turns_503_when_stale(announcer: Annou
     assert still == [10.0]  # announced work is still coming
     source = next(c for c in status["conditions"] if c["type"] == "SourceHealthy")
     assert source["status"] == "False" and source["reason"] == "FetchFailed" and "500" in source["message"]
-    assert stale.error_code == 503
-    assert "stage-vme" in stale.error_message and "stale" in stale.error_message
+    assert isinstance(stale, SourceOnHold)
+    assert "stage-vme" in stale.message and "stale" in stale.message
 
 
 def test_use_known_keeps_serving_when_stale(announcer: Announcer) -> None:
@@ -75,7 +87,7 @@ def test_use_known_keeps_serving_when_stale(announcer: Announcer) -> None:
         announcer.set_raw(b"", status=503)
         await fetch_all(engine)
         result = value(engine, now=NOW + 1000)
-        status = engine.event_status("stage-vme", now=NOW + 1000)
+        status = event_status(engine, "stage-vme", now=NOW + 1000)
         await engine.stop()
         return result, status
     result, status = run(go())
@@ -93,9 +105,9 @@ def test_source_down_from_start_holds_only_after_stale_after(announcer: Announce
         await engine.stop()
         return early, late, other
     early, late, other = run(go())
-    assert early.error_code == 0 and [v.value for v in early.values] == [0.0]
-    assert late.error_code == 503
-    assert other.error_code == 0  # a target the stale source does not feed is unaffected
+    assert isinstance(early, Values) and [v.value for v in early.values] == [0.0]
+    assert isinstance(late, SourceOnHold)
+    assert isinstance(other, Values)  # a target the stale source does not feed is unaffected
 
 
 def test_broken_objects_do_not_affect_others() -> None:
@@ -113,11 +125,11 @@ def test_broken_objects_do_not_affect_others() -> None:
     async def go():
         engine = await loaded_engine([metric(), bad_metric, good, bad_expr, two_sources, div_zero])
         result = value(engine, now=NOW + 1)
-        statuses = {name: engine.event_status(name) for name in ("good", "bad-expr", "two-sources", "div-zero")}
-        metric_status = engine.metric_status("broken")
+        statuses = {name: event_status(engine, name) for name in ("good", "bad-expr", "two-sources", "div-zero")}
+        broken = metric_status(engine, "broken")
         await engine.stop()
-        return result, statuses, metric_status
-    result, statuses, metric_status = run(go())
+        return result, statuses, broken
+    result, statuses, broken = run(go())
     assert result == [3.0 + 5.0]  # good (3) + the div-zero object's valid item (10/2)
     ready = {n: next(c for c in s["conditions"] if c["type"] == "Ready") for n, s in statuses.items()}
     assert ready["good"]["status"] == "True"
@@ -125,8 +137,8 @@ def test_broken_objects_do_not_affect_others() -> None:
     assert "exactly one of" in ready["two-sources"]["message"]
     exprs = next(c for c in statuses["div-zero"]["conditions"] if c["type"] == "ExpressionsValid")
     assert exprs["status"] == "False" and "division by zero" in exprs["message"]
-    assert metric_status["conditions"][0]["status"] == "False"
-    assert "spec.mergeStrategy" in metric_status["conditions"][0]["message"]
+    assert broken["conditions"][0]["status"] == "False"
+    assert "spec.mergeStrategy" in broken["conditions"][0]["message"]
 
 
 def test_unknown_virtual_metric_is_reported_on_the_event() -> None:
@@ -135,7 +147,7 @@ def test_unknown_virtual_metric_is_reported_on_the_event() -> None:
 
     async def go():
         engine = await loaded_engine([metric(), event])
-        status = engine.event_status("orphan")
+        status = event_status(engine, "orphan")
         await engine.stop()
         return status
     ready = run(go())["conditions"][0]
@@ -149,32 +161,60 @@ def test_delete_and_resync_remove_objects() -> None:
         engine = await loaded_engine([metric(), ev])
         before = value(engine, now=NOW + 1)
         engine.delete("VirtualMetricEvent", "ev")
-        await engine.settle()
+        await settle(engine)
         after_delete = value(engine, now=NOW + 1)
         engine.resync("VirtualMetric", [])
-        await engine.settle()
+        await settle(engine)
         gone = engine.query("rps", "service-a", A, NOW + 1)
         await engine.stop()
         return before, after_delete, gone
     before, after_delete, gone = run(go())
-    assert before == [3.0] and after_delete == [0.0] and gone.error_code == 404
+    assert before == [3.0] and after_delete == [0.0] and isinstance(gone, MetricNotFound)
 
 
-def test_duplicate_metric_names_first_wins_and_second_reported() -> None:
-    a = metric("rps-a", defaultValue=1)
-    a["spec"]["name"] = "rps"
-    b = metric("rps-b", defaultValue=2)
-    b["spec"]["name"] = "rps"
+def test_duplicate_metric_names_oldest_wins_and_the_other_takes_over_when_it_goes() -> None:
+    older = metric("z-older", defaultValue=1)
+    older["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    newer = metric("a-newer", defaultValue=2)  # first by name, but created later
+    newer["metadata"]["creationTimestamp"] = "2024-06-01T00:00:00Z"
+    for doc in (older, newer):
+        doc["spec"]["name"] = "rps"
 
     async def go():
-        engine = await loaded_engine([a, b])
+        engine = await loaded_engine([newer, older])
+        served = value(engine, now=NOW)
+        lost = metric_status(engine, "a-newer")
+        won = metric_status(engine, "z-older")
+        engine.delete("VirtualMetric", "z-older")
+        await settle(engine)
+        after = value(engine, now=NOW)
+        took_over = metric_status(engine, "a-newer")
+        await engine.stop()
+        return served, lost, won, after, took_over
+    served, lost, won, after, took_over = run(go())
+    assert served == [1.0]
+    assert lost["conditions"][0]["status"] == "False" and lost["conditions"][0]["reason"] == "MetricNameConflict"
+    assert "already served by VirtualMetric/z-older" in lost["conditions"][0]["message"]
+    assert won["conditions"][0]["reason"] == "Valid"
+    assert after == [2.0]
+    assert took_over["conditions"][0] == {**took_over["conditions"][0], "status": "True", "reason": "Valid"}
+
+
+def test_duplicate_metric_names_without_timestamps_go_by_name() -> None:
+    a = metric("rps-a", defaultValue=1)
+    b = metric("rps-b", defaultValue=2)
+    for doc in (a, b):
+        doc["spec"]["name"] = "rps"
+
+    async def go():
+        engine = await loaded_engine([b, a])
         result = value(engine, now=NOW)
-        status = engine.metric_status("rps-b")
+        status = metric_status(engine, "rps-b")
         await engine.stop()
         return result, status
     result, status = run(go())
     assert result == [1.0]
-    assert "already defined by VirtualMetric/rps-a" in status["conditions"][0]["message"]
+    assert status["conditions"][0]["reason"] == "MetricNameConflict"
 
 
 def test_thread_safe_apply_from_another_thread() -> None:
@@ -215,5 +255,34 @@ def test_identical_snapshot_skips_the_rebuild_but_counts_as_success(announcer: A
         return same, fresh, changed
     same, fresh, changed = run(go())
     assert same is True
-    assert fresh.error_code == 0 and [v.value for v in fresh.values] == [8.0]
+    assert isinstance(fresh, Values) and [v.value for v in fresh.values] == [8.0]
     assert changed == [12.0]
+
+
+def test_a_rejected_new_event_gets_its_status_written() -> None:
+    import asyncio
+
+    bad = schedule_event("broken", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
+                         [entry("service-a", "service-a", "n +")])
+
+    async def go():
+        engine = await loaded_engine([metric()])
+        for _ in range(200):  # let the refresh the loading scheduled happen first
+            if engine.status._handle is None:
+                break
+            await asyncio.sleep(0.01)
+        notified = []
+        engine.on_status_change(lambda: notified.append(True))
+        engine.apply(bad)
+        status = None
+        for _ in range(200):  # the status refresh is coalesced over a short delay
+            await asyncio.sleep(0.01)
+            status = engine.status.current().get(("VirtualMetricEvent", "broken"))
+            if status is not None and notified:
+                break
+        await engine.stop()
+        return status, notified
+    status, notified = run(go())
+    assert status is not None and notified
+    ready = status[1]["conditions"][0]
+    assert ready["status"] == "False" and "spec.metrics[0].value.expression" in ready["message"]

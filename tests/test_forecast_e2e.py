@@ -11,7 +11,7 @@ import time
 from prometheus_fixture import shared_prometheus
 
 from adapter.quantity import parse_quantity
-from tests.helpers import client, fetch_all, loaded_engine, metric, run
+from tests.helpers import client, event_status, fetch_all, loaded_engine, metric, run
 
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
 
@@ -39,7 +39,7 @@ def test_forecast_from_real_prometheus_served_through_the_api() -> None:
         now = time.time()
         engine = await loaded_engine([metric("rps", leadTime="10m"), forecast_event(prom.url)], now=now)
         await fetch_all(engine)
-        status = engine.event_status("baseline-forecast")
+        status = event_status(engine, "baseline-forecast")
         async with client(engine) as c:
             a = await c.get(f"{V1}/namespaces/shop/rps", params={"labelSelector": "resource=service-a"})
             b = await c.get(f"{V1}/namespaces/shop/rps", params={"labelSelector": "resource=service-b"})

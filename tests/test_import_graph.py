@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "adapter.sources", "adapter.forecast",
     )),
     ("pipeline", (
-        "adapter.timeline", "adapter.pipeline",
+        "adapter.timeline", "adapter.pipeline", "adapter.status_board",
     )),
     ("engine", (
         "adapter.engine",
@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     )),
     ("serving", (
         "adapter.api", "adapter.serving", "adapter.store", "adapter.auth", "adapter.preview", "adapter.upstream",
+        "adapter.crd",  # the CRD schemas (Kubernetes-facing), built from the source registry
     )),
     ("cli", (
         "adapter.cli", "adapter.forecast.cli", "adapter.sim.cli", "adapter.sim.plot", "adapter.serving.certs_cli",
@@ -53,7 +54,9 @@ def layer_of(module: str) -> tuple[int, str]:
     best: tuple[int, int, str] | None = None  # (prefix length, rank, name)
     for rank, (name, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+            # The package root ("adapter") names itself only, or every unlisted module would match it.
+            covers = module == prefix or ("." in prefix and module.startswith(prefix + "."))
+            if covers and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), rank, name)
     if best is None:
         raise LookupError(module)

@@ -11,7 +11,7 @@ import pytest
 
 from adapter.labels import parse_selector
 from adapter.store.manifests import ManifestError, ManifestStore, load_documents
-from tests.helpers import run
+from tests.helpers import run, settle
 
 GOOD = textwrap.dedent("""\
     apiVersion: prescaler.pingpong.ai/v1
@@ -95,12 +95,12 @@ def test_engine_follows_file_changes(tmp_path: Path) -> None:
         _touch(f, GOOD % 4)
         await engine.start()
         store.start()
-        await engine.settle()
+        await settle(engine)
         first = engine.query("rps", "ns", parse_selector("resource=a")).values[0].value
         _touch(f, GOOD % 9)
         for _ in range(100):
             await asyncio.sleep(0.05)
-            await engine.settle()
+            await settle(engine)
             if engine.query("rps", "ns", parse_selector("resource=a")).values[0].value == 9:
                 break
         second = engine.query("rps", "ns", parse_selector("resource=a")).values[0].value

@@ -123,6 +123,7 @@ EXPECTED_BASE = {
     ("RoleBinding", "prescaler-auth-reader", "kube-system"),
     ("ClusterRole", "prescaler-external-metrics-reader", ""),
     ("ClusterRoleBinding", "prescaler-hpa-external-metrics", ""),
+    ("ClusterRole", "prescaler-metrics-reader", ""),  # for the scraper of /metrics
     ("Deployment", "prescaler", NAMESPACE),
     ("Service", "prescaler", NAMESPACE),
     ("PodDisruptionBudget", "prescaler", NAMESPACE),

@@ -113,8 +113,8 @@ def test_committed_crds_match_the_generator() -> None:
     assert crd_generate.main(["--check"]) == 0, "run python deploy/crds/generate.py"
 
 
-@pytest.mark.parametrize("kind,plural,short", [("VirtualMetric", "virtualmetrics", "vm"),
-                                                ("VirtualMetricEvent", "virtualmetricevents", "vme")])
+@pytest.mark.parametrize("kind,plural,short", [("VirtualMetric", "virtualmetrics", "pvm"),
+                                                ("VirtualMetricEvent", "virtualmetricevents", "pvme")])
 def test_crd_names_scope_and_subresources(kind: str, plural: str, short: str) -> None:
     crd = crds()[kind]
     assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
@@ -132,7 +132,9 @@ def test_printer_columns() -> None:
         [version] = crds()[kind]["spec"]["versions"]
         return {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
 
-    assert columns("VirtualMetric") == {"Metric": ".spec.name", "Strategy": ".spec.mergeStrategy",
+    assert columns("VirtualMetric") == {"Metric": ".status.metricName",
+                                        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+                                        "Strategy": ".spec.mergeStrategy",
                                         "LeadTime": ".spec.leadTime", "Targets": ".status.targets",
                                         "Age": ".metadata.creationTimestamp"}
     vme = columns("VirtualMetricEvent")

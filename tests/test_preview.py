@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from adapter.preview import PreviewRequest, parse_time, preview
+from adapter.pipeline.preview import PreviewRequest, parse_time
 from tests.helpers import NOW, client, entry, loaded_engine, metric, run, schedule_event
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +27,7 @@ def docs():
 def test_preview_values_and_attribution() -> None:
     async def go():
         engine = await loaded_engine(docs())
-        result = preview(engine, PreviewRequest("rps", "service-a", "service-a", NOW, 600, 60))
+        result = engine.preview(PreviewRequest("rps", "service-a", "service-a", NOW, 600, 60))
         await engine.stop()
         return result
     doc = run(go())
@@ -56,9 +57,31 @@ def test_preview_route_and_errors() -> None:
         return ok, unknown, bad, huge
     ok, unknown, bad, huge = run(go())
     assert ok.status_code == 200 and [s["value"] for s in ok.json()["steps"]] == [7, 107, 1]
-    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
-    assert bad.status_code == 400 and "invalid duration" in bad.json()["error"]
-    assert huge.status_code == 400 and "at most" in huge.json()["error"]
+    assert unknown.status_code == 404 and "nope" in unknown.json()["message"]
+    assert unknown.json()["kind"] == "Status" and unknown.json()["reason"] == "NotFound"
+    assert bad.status_code == 400 and "invalid duration" in bad.json()["message"]
+    assert huge.status_code == 400 and "at most" in huge.json()["message"]
+
+
+@pytest.mark.parametrize("params", [{"start": "inf"}, {"start": "-inf"}, {"start": "nan"}, {"start": "1e300"},
+                                    {"start": "-1e20"}, {"start": "9" * 400}, {"duration": "1e300s"},
+                                    {"step": "1e300s"}])
+def test_preview_bad_numbers_are_400_status(params) -> None:
+    async def go():
+        engine = await loaded_engine(docs())
+        async with client(engine) as c:
+            response = await c.get("/prescaler/v1/preview", params={"metric": "rps", "namespace": "service-a",
+                                                                    "resource": "service-a", **params})
+            after = await c.get("/prescaler/v1/preview", params={"metric": "rps", "namespace": "service-a",
+                                                                 "resource": "service-a", "start": str(NOW),
+                                                                 "duration": "10m", "step": "5m"})
+        await engine.stop()
+        return response, after
+    response, after = run(go())
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["kind"] == "Status" and body["reason"] == "BadRequest" and body["code"] == 400
+    assert after.status_code == 200  # the server keeps answering
 
 
 def test_parse_time() -> None:

@@ -14,8 +14,8 @@ from adapter.timeline import (
     MetricPolicy,
     build_timeline,
     build_timelines,
-    reference_value,
 )
+from tests.reference import reference_value
 
 contribution = st.builds(
     lambda start, length, value: Contribution(float(start), float(start + length), float(value)),

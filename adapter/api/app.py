@@ -1,9 +1,9 @@
 """The HTTP layer: external.metrics.k8s.io/v1beta1 plus health, version, metrics and OpenAPI.
 
 `/apis...` is the hot path (the HPA asks every 15 s per metric and HPA), so it is a plain ASGI
-handler in front of FastAPI: a lookup in the engine's published snapshot and a few bytes of JSON.
+handler in front of FastAPI: a lookup in the provider's published snapshot and a few bytes of JSON.
 Everything else (health, version, /metrics, OpenAPI, preview) is ordinary FastAPI routes.
-Errors are metav1.Status bodies exactly as an aggregated API server sends them (wire.md §3); bad
+Errors are metav1.Status bodies exactly as an aggregated API server sends them; bad
 input never produces a 500.
 """
 
@@ -25,9 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from adapter import observability as obs
 from adapter.api import openapi, wire
-from adapter.engine import Engine
+from adapter.api.preview_route import install_preview_routes
+from adapter.api.provider import MetricNotFound, MetricsProvider, Values
 from adapter.labels import SelectorError, parse_query_selector
-from adapter.preview import install_preview_routes
 from adapter.version import version_info
 
 log = logging.getLogger("prescaler.api")
@@ -50,12 +50,12 @@ _GROUP = wire.api_group()
 class PrescalerApp:
     """The ASGI application: the hot /apis path in front of a FastAPI app for everything else."""
 
-    def __init__(self, engine: Engine, lifespan: Callable[[], Any] | None = None,
+    def __init__(self, provider: MetricsProvider, lifespan: Callable[[], Any] | None = None,
                  ready: Callable[[], bool] | None = None):
-        self.engine = engine
-        self._ready = ready or (lambda: engine.synced)
+        self.provider = provider
+        self._ready = ready or (lambda: bool(getattr(provider, "synced", True)))
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
-        # (namespace, metric, query) -> (published snapshot, valid until, status code, body)
+        # (namespace, metric, query) -> (provider snapshot, valid until, status code, body)
         self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes]] = {}
         self.fastapi = _build_fastapi(self, lifespan)
 
@@ -81,7 +81,7 @@ class PrescalerApp:
         if path == _VERSION_PREFIX:
             return "discovery", await self._discovery(send, method, self._resource_list())
         if not path.startswith(_VERSION_PREFIX + "/"):
-            # Outside every web service: the generic apiserver answers text/plain (wire §1.1).
+            # Outside every web service: the generic apiserver answers text/plain.
             await _respond(send, 404, b"404 page not found\n", _TEXT)
             return "other", 404
         parts = path[len(_VERSION_PREFIX) + 1:].split("/")
@@ -91,7 +91,10 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
-        return "value", await self._value(scope, send, parts[1], parts[2])
+        code = await self._value(scope, send, parts[1], parts[2])
+        # 200 and 503 answer only for a defined metric; other names fold into one label (bounded cardinality)
+        obs.record_query(parts[2], code, code in (200, 503))
+        return "value", code
 
     async def _discovery(self, send: Send, method: str, body: bytes) -> int:
         if method not in ("GET", "HEAD"):
@@ -101,7 +104,7 @@ class PrescalerApp:
         return 200
 
     def _resource_list(self) -> bytes:
-        names = tuple(self.engine.metric_names())
+        names = tuple(self.provider.metric_names())
         cached_names, body = self._resource_list_cache
         if names != cached_names:
             body = wire.api_resource_list(names)
@@ -112,11 +115,11 @@ class PrescalerApp:
         # Every HPA asks the same question every 15 s and the answer only changes at known times
         # (a timeline breakpoint, a source turning stale, a new snapshot, the next whole second of
         # the timestamp), so a response is reused until the first of those.
-        now = self.engine.clock()
+        now = self.provider.clock()
         query_string = scope.get("query_string", b"")
         cache_key = (namespace, metric, query_string)
         cached = self._responses.get(cache_key)
-        published = self.engine.published
+        published = self.provider.snapshot()
         if cached is not None and cached[0] is published and now < cached[1]:
             await _respond(send, cached[2], cached[3], _JSON)
             return cached[2]
@@ -135,14 +138,15 @@ class PrescalerApp:
         except (SelectorError, UnicodeDecodeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, SelectorError) else f"invalid query string: {exc}"
             return 400, wire.status(400, "BadRequest", message), now
-        result = self.engine.query(metric, namespace, selector, now)
-        if result.error_code == 404:
-            return 404, wire.status(404, "NotFound", result.error_message), math.inf
-        if result.error_code:
-            # 503 (stale, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
-            return (result.error_code, wire.status(result.error_code, "ServiceUnavailable", result.error_message),
-                    math.inf)
-        return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
+        result = self.provider.query(metric, namespace, selector, now)
+        if isinstance(result, Values):
+            for target in result.values:  # what the HPA now sees, for dashboards (bounded LRU)
+                obs.record_served(metric, target.namespace, target.name, target.value)
+            return 200, wire.external_metric_value_list(metric, result.values, now), result.valid_until
+        if isinstance(result, MetricNotFound):
+            return 404, wire.status(404, "NotFound", result.message), math.inf
+        # SourceOnHold (stale, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
+        return 503, wire.status(503, "ServiceUnavailable", result.message), math.inf
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,7 +217,7 @@ def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None) -> Fas
     async def openapi_v3_gv() -> Response:
         return Response(openapi.v3_bytes(), media_type="application/json")
 
-    install_preview_routes(api, app.engine)  # read-only, outside the aggregated path
+    install_preview_routes(api, app.provider)  # read-only, outside the aggregated path
 
     @api.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
                    include_in_schema=False)

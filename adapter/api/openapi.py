@@ -1,4 +1,4 @@
-"""Minimal, valid OpenAPI documents for the aggregator (wire.md §1.2).
+"""Minimal, valid OpenAPI documents for the aggregator.
 
 kube-aggregator downloads /openapi/v2 every minute and logs an error per minute when it is missing
 or invalid; /openapi/v3 is a discovery document pointing at the per-group-version spec.

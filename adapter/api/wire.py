@@ -1,4 +1,4 @@
-"""Exact JSON bodies of external.metrics.k8s.io/v1beta1 (wire.md §1–3), as bytes.
+"""Exact JSON bodies of external.metrics.k8s.io/v1beta1, as bytes.
 
 Field order follows the Go types' serialisation so responses read like a real aggregated API
 server's. Everything here is pure: no I/O, no framework.
@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from adapter.engine import TargetValue
+from adapter.pipeline.query import TargetValue
 from adapter.quantity import format_milli
 from adapter.timefmt import rfc3339
 
@@ -40,7 +40,7 @@ def _group_body() -> dict[str, Any]:
 
 
 def api_resource_list(metric_names: Iterable[str]) -> bytes:
-    # Never an empty list: client-go discovery reports "Got empty response" to kubectl/helm (wire §1.1).
+    # Never an empty list: client-go discovery reports "Got empty response" to kubectl/helm.
     names = sorted(set(metric_names)) or [PLACEHOLDER_RESOURCE]
     resources = [{"name": n, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList",
                   "verbs": ["get"]} for n in names]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -20,30 +21,33 @@ from .io import SeriesError, read_series
 EXIT_BAD_INPUT = 2
 
 
-def add_parsers(subparsers) -> None:
+def add_parsers(subparsers: Any) -> None:
     fc = subparsers.add_parser(
         "forecast", help="forecast a timestamp,value CSV",
         description="Read a timestamp,value CSV history and print timestamp,forecast,lower,upper "
                     "for the steps after its last timestamp, at the history's step.")
     fc.add_argument("--history", required=True, metavar="FILE.csv", help="timestamp,value CSV")
-    fc.add_argument("--horizon", required=True, metavar="DURATION", help="how far ahead, e.g. 15m")
-    fc.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)} (default auto)")
+    fc.add_argument("--horizon", required=True, metavar="DURATION", help="how far ahead to forecast, e.g. 15m")
+    fc.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)}")
     fc.add_argument("--season", default=None, metavar="DURATION",
-                    help="season length, e.g. 24h or 168h (default: detected)")
+                    help="season length, e.g. 24h or 168h (default: detected from the history)")
     fc.add_argument("--quantile", default="0.9", metavar="Q",
-                    help="upper bound quantile in (0.5, 1); lower is 1-Q (default 0.9)")
+                    help="upper bound quantile in (0.5, 1); lower is 1-Q")
     fc.set_defaults(func=run_forecast)
 
     bt = subparsers.add_parser(
         "backtest", help="rolling-origin backtest of a model on a timestamp,value CSV",
         description="Rolling origins over the last week of the trace; prints MASE, MAE and "
                     "interval coverage of the model next to seasonal naive.")
-    bt.add_argument("--trace", required=True, metavar="FILE.csv", help="timestamp,value CSV")
-    bt.add_argument("--horizon", required=True, metavar="DURATION", help="e.g. 15m")
-    bt.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)} (default auto)")
-    bt.add_argument("--season", default=None, metavar="DURATION", help="season length (default: detected)")
-    bt.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile (default 0.9)")
-    bt.add_argument("--origins", default="48", metavar="N", help="number of origins (default 48, >= 1)")
+    bt.add_argument("--history", metavar="FILE.csv", help="timestamp,value CSV (required)")
+    # The flag was called --trace before it took the name forecast uses; kept for existing scripts.
+    bt.add_argument("--trace", dest="history", help=argparse.SUPPRESS)
+    bt.add_argument("--horizon", required=True, metavar="DURATION", help="how far ahead to forecast, e.g. 15m")
+    bt.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)}")
+    bt.add_argument("--season", default=None, metavar="DURATION",
+                    help="season length, e.g. 24h or 168h (default: detected from the history)")
+    bt.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile in (0.5, 1); lower is 1-Q")
+    bt.add_argument("--origins", default="48", metavar="N", help="number of rolling origins (>= 1)")
     bt.set_defaults(func=run_backtest)
 
 
@@ -104,7 +108,9 @@ def run_forecast(args: argparse.Namespace) -> int:
 
 def run_backtest(args: argparse.Namespace) -> int:
     try:
-        _, values, step, horizon, season, quantile = _common(args, args.trace)
+        if not args.history:
+            raise _BadInput("--history FILE.csv is required")
+        _, values, step, horizon, season, quantile = _common(args, args.history)
         try:
             count = int(args.origins)
         except ValueError:
@@ -121,7 +127,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     except (_BadInput, ValueError) as exc:
         print(f"prescaler backtest: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"# {args.trace}: step {step:g}s, horizon {horizon} step(s), {len(origins)} origins, "
+    print(f"# {args.history}: step {step:g}s, horizon {horizon} step(s), {len(origins)} origins, "
           f"quantile {quantile:g}")
     print("model,mase,mae,coverage_upper,coverage_interval,used")
     for r in rows:

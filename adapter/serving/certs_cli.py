@@ -1,8 +1,10 @@
 """``prescaler certs``: a CA, a serving certificate for the adapter Service, and the APIService.
 
 Writes into ``--out``: ``ca.crt``, ``ca.key`` (needed to re-issue), ``tls.crt``, ``tls.key`` and
-``apiservice.yaml`` (APIService ``v1beta1.external.metrics.k8s.io`` with the CA as caBundle).
-kube-aggregator dials ``<service>.<namespace>.svc`` (wire.md §7), which is among the SANs.
+``apiservice.yaml`` (APIService ``v1beta1.external.metrics.k8s.io`` with the CA as caBundle), then
+prints the kubectl commands that install them; it never talks to a cluster itself.
+kube-aggregator dials ``<service>.<namespace>.svc``, which is among the SANs.
+This is the one certificate tool of the kustomize install; deploy/certs/gen-certs.sh only calls it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import base64
 import os
 import re
+import shlex
 import sys
 from typing import Any
 
@@ -89,20 +92,41 @@ def run_certs(args: argparse.Namespace) -> int:
         print(f"prescaler certs: cannot write into {args.out}: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {', '.join(files)} to {args.out} (SANs: {', '.join(sans)})")
+    print(next_steps(args.service, args.namespace, args.out, ca_pem))
     return 0
+
+
+def next_steps(service: str, namespace: str, out: str, ca_pem: bytes) -> str:
+    """The commands that install the files (printed, never run: the user picks the cluster)."""
+    ca_bundle = base64.b64encode(ca_pem).decode("ascii")
+    q = shlex.quote
+    return (
+        "Install them (after `kubectl apply -k deploy/`; the pods wait for the Secret until then):\n\n"
+        f"  kubectl -n {namespace} create secret generic {service}-tls \\\n"
+        f"    --from-file=tls.crt={q(os.path.join(out, 'tls.crt'))} "
+        f"--from-file=tls.key={q(os.path.join(out, 'tls.key'))} "
+        f"--from-file=ca.crt={q(os.path.join(out, 'ca.crt'))} \\\n"
+        "    --dry-run=client -o yaml | kubectl apply -f -\n"
+        "  kubectl patch apiservice v1beta1.external.metrics.k8s.io --type=merge \\\n"
+        f"    -p '{{\"spec\":{{\"caBundle\":\"{ca_bundle}\"}}}}'\n\n"
+        f"Keep {os.path.join(out, 'ca.key')} out of the cluster and out of version control."
+    )
 
 
 def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "certs",
         help="create a CA, a serving certificate for the Service and the APIService manifest",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Create a private CA, a serving certificate for <service>.<namespace>.svc and the "
+                    "APIService manifest with the CA as caBundle; print the kubectl commands that install "
+                    "them. Writes ca.crt, ca.key (keep it out of the cluster), tls.crt, tls.key and "
+                    "apiservice.yaml into --out. Nothing is sent to a cluster.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--service", required=True, help="Service name of the adapter")
-    parser.add_argument("--namespace", required=True, help="namespace of the Service")
-    parser.add_argument("--out", required=True, help="output directory (created if missing)")
-    parser.add_argument("--days", type=int, default=365, help="serving certificate validity (days)")
+    parser.add_argument("--service", default="prescaler", help="Service name of the adapter")
+    parser.add_argument("--namespace", default="prescaler", help="namespace of the Service")
+    parser.add_argument("--out", default="./prescaler-certs", help="output directory (created if missing)")
+    parser.add_argument("--days", type=int, default=365, help="serving certificate validity in days")
     parser.add_argument("--cluster-domain", default="cluster.local", help="cluster DNS domain")
     parser.set_defaults(func=run_certs)
     return parser

@@ -134,6 +134,7 @@ def _uvicorn_server(app: Any, options: ServingOptions, live: LiveTLS) -> uvicorn
         http=DEFAULT_PROTOCOL,
         ssl_context_factory=lambda _config, _default: live.base,
         log_level=options.log_level,
+        log_config=None,  # uvicorn's records go through the process's handler (adapter/logs.py)
         access_log=options.access_log,
         proxy_headers=False,  # X-Forwarded-* from the aggregator must not rewrite the client address
         server_header=False,

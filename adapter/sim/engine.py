@@ -1,6 +1,6 @@
 """The simulation loop: HPA controller + workload + metric feeds, tick by tick; and the baselines.
 
-Per tick t (hpa.md §9 "suggested simulator inputs"):
+Per tick t:
 1. pods whose start-up delay has passed become Ready (`ready_at <= t`);
 2. the controller reads spec (its own last write), status (= pods, ready or not), ready pods and the
    metric readings, and writes spec.replicas;
@@ -214,7 +214,7 @@ def _feed(sc: Scenario, name: str, metric_type: str, source: MetricSource, times
 
 
 def _prescaler_model(sc: Scenario) -> PrescalerModel:
-    from adapter.expressions import compile_expression
+    from adapter.pipeline.contributions import compile_entries
     from adapter.resources import KIND_EVENT, KIND_METRIC, parse_virtual_metric, parse_virtual_metric_event
 
     parsers = _source_parsers()
@@ -226,8 +226,7 @@ def _prescaler_model(sc: Scenario) -> PrescalerModel:
                 metrics.append(parse_virtual_metric(doc))
             elif kind == KIND_EVENT:
                 vme = parse_virtual_metric_event(doc, parsers)
-                for j, entry in enumerate(vme.metrics):  # reject a bad expression at load time
-                    compile_expression(entry.expression, f"spec.metrics[{j}].value.expression")
+                compile_entries(vme)  # reject a bad expression at load time, as the server does
                 events.append(vme)
             else:
                 raise ValidationError("kind", f"expected VirtualMetric or VirtualMetricEvent, got {kind!r}")

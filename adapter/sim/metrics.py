@@ -3,9 +3,9 @@
 Three producers feed the controller:
 - replay series: the value per tick given directly (exactness checks);
 - traffic: the current demand, as an External metric (sum) or a Pods metric (demand / ready pods);
-- prescaler: VirtualMetric + VirtualMetricEvent manifests evaluated with the real engine pieces
-  (`adapter.expressions`, `adapter.timeline`): each source's item snapshots over simulated time,
-  expression per item → contributions → timeline V(t), read at `tick - L_adapter` (hpa.md §9).
+- prescaler: VirtualMetric + VirtualMetricEvent manifests evaluated with the server's pipeline
+  (`adapter.pipeline`): each source's item snapshots over simulated time -> contributions ->
+  published timelines -> V(t), read at `tick - L_adapter`.
 
 Source kinds in the simulator: `schedule` calls the real ScheduleSource.fetch(now) at simulated time
 every source interval; `api`/`prometheus` replay recorded responses (`recorded: {vme: [{at, items}]}`,
@@ -25,25 +25,26 @@ import numpy as np
 
 from adapter.errors import ValidationError
 from adapter.items import Item, dedupe
+from adapter.pipeline.contributions import Contributions, EntryPlan, compile_entries, compute_contributions
+from adapter.pipeline.publish import EMPTY, EventFeed, build_published
+from adapter.pipeline.query import values_over
+from adapter.quantity import format_milli
 from adapter.resources import VirtualMetric, VirtualMetricEvent
 from adapter.sim.controller import PodsReading, Reading
 from adapter.sim.quantity import MAX_INT64, to_milli
 from adapter.sim.traffic import Trace
+from adapter.sources.forecast import forecast_items
 
 # ---------------------------------------------------------------- value encodings
 
 
 def hpa_milli(value: float) -> int:
-    """A value read as the HPA reads a quantity written with all its digits (hpa.md §11.1)."""
+    """A value read as the HPA reads a quantity written with all its digits ."""
     return min(to_milli(float(value)), MAX_INT64)
 
 
 def served_milli(value: float) -> int:
-    """A prescaler value as the HPA sees it: the adapter serves `format_milli(V)` (wire.md §2.2)."""
-    try:
-        from adapter.quantity import format_milli
-    except ImportError:  # pragma: no cover - the shared module is part of the tree
-        return hpa_milli(value)
+    """A prescaler value as the HPA sees it: the adapter serves `format_milli(V)`."""
     return to_milli(format_milli(float(value)))
 
 
@@ -152,7 +153,10 @@ class PrescalerModel:
     def __init__(self, virtual_metrics: Sequence[VirtualMetric], events: Sequence[VirtualMetricEvent],
                  recorded: Mapping[str, Sequence[RecordedResponse]] | None = None, trace: Trace | None = None,
                  forecast: ForecastSettings | None = None):
-        self.metrics = {vm.metric_name: vm for vm in virtual_metrics}
+        # As on the server, a contested metric name goes to the first VirtualMetric by name (objects
+        # in a scenario have no creation time).
+        self.metrics = {vm.metric_name: vm for vm in sorted(virtual_metrics, key=lambda vm: vm.name, reverse=True)}
+        self._compiled: dict[str, list[EntryPlan]] = {}
         self.events = list(events)
         self.recorded = dict(recorded or {})
         self.trace = trace
@@ -160,56 +164,54 @@ class PrescalerModel:
         self.notes: list[str] = []
         self._snapshots: dict[tuple[str, float, float, float], Snapshots] = {}
 
-    def entries_for(self, metric: str, namespace: str, resource: str) -> list[tuple[VirtualMetricEvent, int]]:
-        out = []
-        for vme in self.events:
-            for index, entry in enumerate(vme.metrics):
-                if entry.metric == metric and entry.resource.namespace == namespace and (
-                        entry.resource.name == resource or entry.resource.name_from_label is not None):
-                    out.append((vme, index))
-        return out
-
     def values(self, metric: str, namespace: str, resource: str, times: np.ndarray) -> np.ndarray:
-        """V(t) at each time (sorted ascending) for the target `namespace/resource`."""
-        vm = self.metrics.get(metric)
-        if vm is None:
-            raise ValidationError("metrics", f"no VirtualMetric serves the metric {metric!r}")
-        from adapter.expressions import compile_expression
-        from adapter.timeline import Contribution, MetricPolicy, build_timeline
+        """V(t) at each time (sorted ascending) for the target `namespace/resource`.
 
-        policy = MetricPolicy(default_value=vm.default_value, merge_strategy=vm.merge_strategy,
-                              lead_time=vm.lead_time, hold_time=vm.hold_time, min=vm.min, max=vm.max)
+        Runs the server's pipeline: each source snapshot's contributions (adapter.pipeline.contributions),
+        published for the target's partition (adapter.pipeline.publish) and read as a query reads it."""
+        if metric not in self.metrics:
+            raise ValidationError("metrics", f"no VirtualMetric serves the metric {metric!r}")
         times = np.asarray(times, dtype=float)
         if len(times) == 0:
             return np.empty(0)
         lo, hi = float(times[0]), float(times[-1])
+        lead = self.metrics[metric].lead_time
+        partition = {(metric, namespace)}
         plans = []
-        for vme, index in self.entries_for(metric, namespace, resource):
-            entry = vme.metrics[index]
-            expr = compile_expression(entry.expression, f"VirtualMetricEvent/{vme.name}.spec.metrics[{index}]")
-            snaps = self._snapshots_for(vme, lo, hi, vm.lead_time)
-            plans.append((entry, expr, snaps))
+        for vme in self._events_for(metric, namespace, resource):
+            plans.append((vme, self._entries(vme), self._snapshots_for(vme, lo, hi, lead)))
         # Every time any snapshot changes, the served timeline changes: rebuild, read the ticks until
         # the next change.
         change_times = sorted({t for _, _, s in plans for t in s.times} | {-math.inf})
         out = np.empty(len(times))
-        cache: dict[tuple[int, int], list[Contribution]] = {}
+        cache: dict[tuple[int, int], Contributions] = {}
         for i, change in enumerate(change_times):
             until = change_times[i + 1] if i + 1 < len(change_times) else math.inf
             a = int(np.searchsorted(times, change, side="left"))
             b = int(np.searchsorted(times, until, side="left"))
             if a >= b:
                 continue
-            contributions: list[Contribution] = []
-            for p, (entry, expr, snaps) in enumerate(plans):
+            feeds = []
+            for p, (vme, entries, snaps) in enumerate(plans):
                 j = int(np.searchsorted(snaps.times, change, side="right")) - 1
                 if j < 0:
                     continue
                 if (p, j) not in cache:
-                    cache[(p, j)] = _contributions(entry, expr, snaps.items[j], resource)
-                contributions.extend(cache[(p, j)])
-            out[a:b] = build_timeline(policy, contributions).values_at(times[a:b])
+                    cache[(p, j)] = compute_contributions(entries, snaps.items[j])
+                feeds.append(EventFeed(vme.name, vme.labels, entries, cache[(p, j)].by_key))
+            published = build_published(self.metrics, feeds, change, EMPTY, partition)
+            out[a:b] = values_over(published, metric, namespace, resource, times[a:b])
         return out
+
+    def _events_for(self, metric: str, namespace: str, resource: str) -> list[VirtualMetricEvent]:
+        return [vme for vme in self.events if any(
+            e.metric == metric and e.resource.namespace == namespace
+            and (e.resource.name == resource or e.resource.name_from_label is not None) for e in vme.metrics)]
+
+    def _entries(self, vme: VirtualMetricEvent) -> list[EntryPlan]:
+        if vme.name not in self._compiled:
+            self._compiled[vme.name] = compile_entries(vme)
+        return self._compiled[vme.name]
 
     # -------------------------------------------------------------- snapshots per source kind
 
@@ -355,21 +357,15 @@ def forecast_snapshots(trace: Trace, lo: float, hi: float, settings: ForecastSet
         if result is None:
             snaps.add(r, ())
             continue
-        first = last + step
-        forecast, lower, upper = (np.asarray(a, dtype=float).tolist()
-                                  for a in (result.forecast, result.lower, result.upper))
-        snaps.add(r, [Item(start=first + i * step, end=first + (i + 1) * step,
-                           values={"forecast": forecast[i], "lower": lower[i], "upper": upper[i]})
-                      for i in range(horizon)])
+        # The forecast source's own item rules (bounds, the first item covering the gap to now).
+        snaps.add(r, forecast_items({}, last, step, r, result))
     return snaps
 
 
 def _forecast_function() -> tuple[ForecastFn, ForecastFn | None]:
-    """(one series, many equal-length series) from adapter.forecast, or our seasonal naive."""
-    try:
-        from adapter.forecast import fit_predict, fit_predict_many
-    except ImportError:  # pragma: no cover - fallback while the forecast package is missing
-        return seasonal_naive, None
+    """(one series, many equal-length series) from adapter.forecast."""
+    from adapter.forecast import fit_predict, fit_predict_many
+
     return fit_predict, fit_predict_many
 
 
@@ -395,21 +391,6 @@ def seasonal_naive(values: np.ndarray, step: float, horizon: int, model: str = "
     errors = np.abs(values[m:] - values[:-m]) if len(values) > m else np.zeros(1)
     spread = float(np.quantile(errors, quantile)) if len(errors) else 0.0
     return SimpleForecast(point, np.maximum(point - spread, 0.0), point + spread, season=m * step)
-
-
-def _contributions(entry: Any, expr: Any, items: Sequence[Item], resource: str) -> list[Any]:
-    """Expression per item (vectorised); failed or non-finite results are dropped (DESIGN §3.1)."""
-    from adapter.timeline import Contribution
-
-    label = entry.resource.name_from_label
-    if label is not None:
-        items = [i for i in items if i.labels.get(label) == resource]
-    if not items:
-        return []
-    names = set(expr.names)
-    columns = {n: np.array([i.values.get(n, math.nan) for i in items], dtype=float) for n in names}
-    values = expr.evaluate_many(columns, len(items))
-    return [Contribution(i.start, i.end, float(v)) for i, v in zip(items, values.tolist()) if math.isfinite(v)]
 
 
 def traffic_feed(metric_type: str, name: str, demand: np.ndarray) -> Feed:

@@ -402,5 +402,9 @@ def _items_for(labels: Mapping[str, str], last: float, step: float, now: float, 
     return items
 
 
+# The simulator builds its forecast items with the same rules.
+forecast_items = _items_for
+
+
 def _describe_labels(labels: Mapping[str, str]) -> str:
     return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))[:200] + "}"

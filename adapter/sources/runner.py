@@ -161,7 +161,7 @@ class SourceRunner:
         self.health.item_count = len(items)
         self.health.warnings = list(result.warnings)
         self.health.note = result.note
-        obs.SOURCE_FETCHES.labels(kind=kind, result="success").inc()
+        obs.record_fetch(self.owner, kind, success=True)
         obs.SOURCE_LAST_SUCCESS.labels(event=self.owner).set(self.health.last_success)
         self._health_changed()
         return True
@@ -177,7 +177,7 @@ class SourceRunner:
     def _failed(self, message: str, kind: str) -> None:
         self.health.last_error = message
         self.health.consecutive_failures += 1
-        obs.SOURCE_FETCHES.labels(kind=kind, result="error").inc()
+        obs.record_fetch(self.owner, kind, success=False)
         level = logging.WARNING if self.health.consecutive_failures <= 3 else logging.DEBUG
         log.log(level, "VirtualMetricEvent %s: %s source fetch failed (%d in a row): %s",
                 self.owner, kind, self.health.consecutive_failures, message)

@@ -1,0 +1,256 @@
+"""Documents -> validated per-object state, and which VirtualMetric serves each metric name.
+
+Pure bookkeeping: parsing, comparing with what is loaded, compiling expressions. Starting and
+stopping sources is the engine's business.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from adapter.errors import ValidationError
+from adapter.items import Item
+from adapter.pipeline.contributions import Contributions, EntryPlan, Partition, compile_entries, compute_contributions
+from adapter.pipeline.publish import EventFeed
+from adapter.resources import (
+    KIND_EVENT,
+    KIND_METRIC,
+    VirtualMetric,
+    VirtualMetricEvent,
+    object_id,
+    parse_virtual_metric,
+    parse_virtual_metric_event,
+)
+from adapter.sources.base import Source, SourceContext
+from adapter.sources.registry import config_parsers, create_source
+from adapter.sources.runner import SourceRunner
+
+log = logging.getLogger("prescaler.engine")
+
+
+@dataclass
+class MetricState:
+    name: str
+    generation: int = 0
+    created: float = math.inf  # metadata.creationTimestamp (unknown: newest)
+    metric: VirtualMetric | None = None
+    error: str | None = None  # validation error (object rejected)
+
+
+@dataclass
+class EventState:
+    name: str
+    generation: int = 0
+    vme: VirtualMetricEvent | None = None
+    error: str | None = None  # validation error, or a source that cannot start
+    entries: list[EntryPlan] = field(default_factory=list)
+    runner: SourceRunner | None = None
+    items: list[Item] = field(default_factory=list)  # the last snapshot
+    contributions: Contributions = field(default_factory=Contributions)
+
+    @property
+    def metric_names(self) -> frozenset[str]:
+        return frozenset(e.metric for e in self.entries)
+
+    @property
+    def partitions(self) -> set[Partition]:
+        return {e.partition for e in self.entries}
+
+
+def apply_metric(state: MetricState, doc: Mapping[str, Any]) -> bool:
+    """Load `doc` into `state`; False when nothing that matters changed."""
+    state.generation = generation_of(doc)
+    state.created = created_of(doc)
+    try:
+        metric = parse_virtual_metric(doc)
+    except ValidationError as exc:
+        log.warning("rejected %s", exc)
+        state.metric, state.error = None, str(exc)
+        return True
+    if state.metric == metric and state.error is None:
+        return False
+    state.metric, state.error = metric, None
+    log.info("loaded VirtualMetric %s (metric %s, %s, leadTime %gs)", state.name, metric.metric_name,
+             metric.merge_strategy, metric.lead_time)
+    return True
+
+
+def parse_event(doc: Mapping[str, Any]) -> tuple[VirtualMetricEvent, list[EntryPlan]]:
+    """Parse and compile a VirtualMetricEvent. Raises ValidationError naming the object and field."""
+    vme = parse_virtual_metric_event(doc, config_parsers())
+    return vme, compile_entries(vme)
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Which VirtualMetric serves each metric name, and who lost a name to an older object."""
+
+    served: dict[str, VirtualMetric]  # by metric name
+    conflicts: dict[str, str]  # VirtualMetric name -> message
+
+
+def resolve_metric_names(states: Iterable[MetricState], previous: MetricNames | None = None) -> MetricNames:
+    """The oldest VirtualMetric (creationTimestamp, then name) keeps a contested metric name.
+
+    With `previous`, conflicts that appear or end are logged (the place to report them further)."""
+    served: dict[str, VirtualMetric] = {}
+    conflicts: dict[str, str] = {}
+    valid = [s for s in states if s.metric is not None and s.error is None]
+    for state in sorted(valid, key=lambda s: (s.created, s.name)):
+        assert state.metric is not None
+        other = served.get(state.metric.metric_name)
+        if other is None:
+            served[state.metric.metric_name] = state.metric
+            continue
+        conflicts[state.name] = (f"{KIND_METRIC}/{state.name}: spec.name: metric {state.metric.metric_name!r} is "
+                                 f"already served by {KIND_METRIC}/{other.name} (the oldest object keeps a name)")
+    if previous is not None:
+        for name in conflicts.keys() - previous.conflicts.keys():
+            log.warning("MetricNameConflict: %s", conflicts[name])
+        for name in previous.conflicts.keys() - conflicts.keys():
+            log.info("VirtualMetric %s: its metric name conflict is resolved", name)
+    return MetricNames(served, conflicts)
+
+
+@dataclass
+class Change:
+    """What an update means for the engine: partitions to rebuild (None: all) and sources to swap."""
+
+    partitions: set[Partition] | None = field(default_factory=set)
+    start: list[tuple[EventState, Source]] = field(default_factory=list)  # run a new source for the event
+    stop: list[SourceRunner] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)  # event -> contributions dropped just now
+    changed: bool = True  # False: nothing at all changed (no rebuild, no status refresh)
+
+    @property
+    def rebuild(self) -> bool:
+        return self.partitions is None or bool(self.partitions)
+
+
+def _nothing() -> Change:
+    return Change(changed=False)
+
+
+class ObjectTable:
+    """Every loaded VirtualMetric and VirtualMetricEvent, updated from documents and item snapshots."""
+
+    def __init__(self, context: SourceContext | None = None) -> None:
+        self.context = context or SourceContext()
+        self.metrics: dict[str, MetricState] = {}
+        self.events: dict[str, EventState] = {}
+
+    def apply(self, doc: Mapping[str, Any]) -> Change:
+        kind, name = doc.get("kind") if isinstance(doc, Mapping) else None, name_of(doc)
+        if kind not in (KIND_METRIC, KIND_EVENT) or name is None:
+            log.warning("ignoring object %s: not a named VirtualMetric or VirtualMetricEvent", object_id(doc))
+            return _nothing()
+        if kind == KIND_METRIC:
+            return Change(None) if apply_metric(self.metrics.setdefault(name, MetricState(name)), doc) else _nothing()
+        return self._apply_event(self.events.setdefault(name, EventState(name)), doc)
+
+    def _apply_event(self, state: EventState, doc: Mapping[str, Any]) -> Change:
+        state.generation, before = generation_of(doc), state.partitions
+        try:
+            vme, entries = parse_event(doc)
+        except ValidationError as exc:
+            log.warning("rejected %s", exc)
+            change = Change(before, stop=[state.runner] if state.runner else [])
+            state.vme, state.error, state.entries, state.runner = None, str(exc), [], None
+            self.set_items(state, [], change)
+            return change
+        if state.vme == vme and state.error is None:
+            return _nothing()  # unchanged (e.g. a re-list): keep the running source and its snapshot
+        source_changed = state.vme is None or state.vme.source != vme.source
+        state.vme, state.error, state.entries = vme, None, entries
+        log.info("loaded VirtualMetricEvent %s (%s source, %d metric entries)", state.name, vme.source.kind,
+                 len(entries))
+        change = Change(before | state.partitions)
+        if source_changed:
+            change.stop, state.runner = [state.runner] if state.runner else [], None
+            self.set_items(state, [], change)
+            try:
+                change.start.append((state, create_source(vme.source.kind, vme.source.config, vme.source.common,
+                                                          self.context)))
+            except Exception as exc:  # noqa: BLE001 - a source that cannot start is reported, not fatal
+                state.error = f"{KIND_EVENT}/{vme.name}: spec.source.{vme.source.kind}: cannot start source: {exc}"
+                log.warning(state.error)
+        else:
+            self.set_items(state, state.items, change)
+        return change
+
+    def delete(self, kind: str, name: str) -> Change:
+        if kind == KIND_METRIC:
+            if self.metrics.pop(name, None) is None:
+                return _nothing()
+            log.info("deleted VirtualMetric %s", name)
+            return Change(None)
+        state = self.events.pop(name, None)
+        if state is None:
+            return _nothing()
+        log.info("deleted VirtualMetricEvent %s", name)
+        return Change(state.partitions, stop=[state.runner] if state.runner else [])
+
+    def feeds(self) -> list[EventFeed]:
+        """What publishing needs of every loaded event, by name."""
+        out = []
+        for name in sorted(self.events):
+            state = self.events[name]
+            if state.vme is None:
+                continue
+            runner = state.runner
+            hold = runner is not None and runner.on_stale == "Hold" and not runner.source.never_stale
+            out.append(EventFeed(name, state.vme.labels, state.entries, state.contributions.by_key,
+                                 runner if hold else None))
+        return out
+
+    def names(self, kind: str) -> list[str]:
+        return list(self.metrics if kind == KIND_METRIC else self.events)
+
+    def snapshot(self, name: str, items: list[Item]) -> Change:
+        """A source delivered `items` for event `name`."""
+        state = self.events.get(name)
+        if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
+            return _nothing()  # most polls re-announce the same items
+        change = Change(state.partitions)
+        self.set_items(state, items, change)
+        return change
+
+    @staticmethod
+    def set_items(state: EventState, items: list[Item], change: Change) -> None:
+        state.items = items
+        state.contributions = compute_contributions(state.entries, items)
+        if state.contributions.dropped:
+            change.dropped[state.name] = state.contributions.dropped
+            log.warning("VirtualMetricEvent %s: dropped %d contribution(s): %s", state.name,
+                        state.contributions.dropped, "; ".join(state.contributions.reasons))
+
+
+def name_of(doc: Mapping[str, Any]) -> str | None:
+    meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def generation_of(doc: Mapping[str, Any]) -> int:
+    meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+    gen = meta.get("generation", 0) if isinstance(meta, Mapping) else 0
+    return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+
+
+def created_of(doc: Mapping[str, Any]) -> float:
+    """metadata.creationTimestamp as unix seconds; inf when absent or unreadable (files have none)."""
+    meta = doc.get("metadata") if isinstance(doc, Mapping) else None
+    text = meta.get("creationTimestamp") if isinstance(meta, Mapping) else None
+    if isinstance(text, datetime):
+        return text.timestamp()
+    if not isinstance(text, str):
+        return math.inf
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return math.inf

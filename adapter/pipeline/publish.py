@@ -1,0 +1,137 @@
+"""Contributions -> Published: the immutable snapshot that queries read.
+
+The snapshot is partitioned by (metric, namespace). A rebuild may be limited to the partitions a
+change touches (`dirty`): every other partition of the previous snapshot is reused as the same
+object, so a new item snapshot of one source costs a build of its own partitions only. Partitions
+rebuilt together share one vectorised timeline build.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from adapter.pipeline.contributions import Arrays, EntryPlan, Key, Partition
+from adapter.resources import VirtualMetric
+from adapter.sources.runner import SourceRunner
+from adapter.timeline import ContributionArrays, TimelineSet, build_timelines
+
+# Large rebuilds split across threads (numpy releases the GIL); the machines have 2 cores.
+REBUILD_WORKERS = min(2, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class EventFeed:
+    """What publishing needs of one loaded VirtualMetricEvent."""
+
+    name: str
+    labels: Mapping[str, str]
+    entries: Sequence[EntryPlan]
+    contributions: Mapping[Key, Arrays]
+    # The runner when its source holds stale values back (onStale: Hold), else None.
+    holder: SourceRunner | None = None
+
+    @property
+    def partitions(self) -> set[Partition]:
+        """Every partition this event can contribute to (a label-named target stays in its entry's)."""
+        return {e.partition for e in self.entries}
+
+
+@dataclass(frozen=True)
+class Target:
+    resource: str
+    key: int  # index in the partition's TimelineSet
+    labels: Mapping[str, str]
+    holders: tuple[SourceRunner, ...] = ()
+    holder_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """The targets of one (metric, namespace), sorted by resource name."""
+
+    timelines: TimelineSet  # may be shared with partitions rebuilt at the same time
+    targets: tuple[Target, ...]
+    by_resource: Mapping[str, Target]
+
+
+@dataclass(frozen=True)
+class Published:
+    """An immutable view for queries; replaced as a whole after each rebuild."""
+
+    metrics: Mapping[str, VirtualMetric] = field(default_factory=dict)  # by served metric name
+    partitions: Mapping[Partition, PartitionView] = field(default_factory=dict)
+    built_at: float = 0.0
+
+    def target_count(self, metric: str) -> int:
+        return sum(len(p.targets) for (m, _), p in self.partitions.items() if m == metric)
+
+    def key_count(self) -> int:
+        return sum(len(p.targets) for p in self.partitions.values())
+
+
+EMPTY = Published()
+
+
+def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[EventFeed], now: float,
+                    previous: Published | None = None, dirty: Collection[Partition] | None = None) -> Published:
+    """The snapshot for `metrics` (by served name) and the loaded events.
+
+    With `previous` and `dirty`, only the dirty partitions are rebuilt; the caller guarantees that
+    nothing else changed since `previous` (same metrics, same contributions elsewhere)."""
+    events = list(events)
+    reuse = previous is not None and dirty is not None
+    wanted: set[Partition] | None = None
+    if reuse:
+        wanted = {p for p in (dirty or ()) if p[0] in metrics}
+    keys: list[Key] = []
+    index: dict[Key, int] = {}
+    labels: list[dict[str, str]] = []
+    holders: list[list[tuple[SourceRunner, str]]] = []
+    parts: list[ContributionArrays] = []
+
+    def key_index(key: Key) -> int:
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(keys)
+            keys.append(key)
+            labels.append({"resource": key[2]})
+            holders.append([])
+        return k
+
+    for event in events:
+        touched: set[int] = set()
+        for entry in event.entries:
+            if entry.metric in metrics and entry.name is not None and (wanted is None or entry.partition in wanted):
+                touched.add(key_index((entry.metric, entry.namespace, entry.name)))
+        for key, (start, end, value) in event.contributions.items():
+            if key[0] not in metrics or (wanted is not None and key[:2] not in wanted):
+                continue
+            k = key_index(key)
+            touched.add(k)
+            parts.append(ContributionArrays(np.full(len(start), k, np.int64), start, end, value))
+        for k in touched:
+            for label, text in event.labels.items():
+                labels[k].setdefault(label, text)
+            if event.holder is not None:
+                holders[k].append((event.holder, event.name))
+    names = sorted(metrics)
+    position = {name: i for i, name in enumerate(names)}
+    table = [metrics[n].policy for n in names]
+    policy_index = np.fromiter((position[metric] for metric, _, _ in keys), np.int64, len(keys))
+    timelines = build_timelines(list(keys), table, ContributionArrays.concat(parts), policy_index=policy_index,
+                                workers=REBUILD_WORKERS)
+    grouped: dict[Partition, list[Target]] = {}
+    for k, (metric, ns, resource) in enumerate(keys):
+        grouped.setdefault((metric, ns), []).append(
+            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k])))
+    partitions: dict[Partition, PartitionView] = {}
+    if reuse and previous is not None and wanted is not None:
+        partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
+    for partition, targets in grouped.items():
+        targets.sort(key=lambda t: t.resource)
+        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets})
+    return Published(dict(metrics), partitions, now)
