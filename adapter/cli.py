@@ -1,4 +1,4 @@
-"""`prescaler` command line: serve, validate, certs, forecast, backtest, simulate, preview, demo-announcer.
+"""`prescaler` command line: serve, validate, certs, forecast, backtest, simulate, preview, demo-announcer, migrate.
 
 Every failure a user can cause ends in one line on stderr (``prescaler <command>: ...``) and a
 non-zero exit, never a traceback: usage errors exit 2, runtime errors 1, a closed output pipe 141
@@ -32,6 +32,7 @@ _SUBCOMMAND_MODULES = (
     "adapter.sim.cli",
     "adapter.preview",
     "adapter.demo.announcer",
+    "adapter.migrate",
 )
 
 # One help text per flag that several subcommands share (filled in where a module left it empty), so
@@ -132,6 +133,9 @@ def _add_serve(sub: Any) -> None:
 
     add_auth_flags(parser, include_kubeconfig=False)  # --kubeconfig above serves both
     logs.add_logging_flags(parser)
+    from adapter.upstream import add_upstream_flags
+
+    add_upstream_flags(parser)
     parser.set_defaults(func=run_serve)
 
 
@@ -227,6 +231,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.manifests:
         manifest_store = ManifestStore(engine, args.manifests)
         context.secrets = manifest_store.resolve_secret
+        from adapter.store.hpp_local import LocalHPPChecker
+
+        manifest_store.on_documents = LocalHPPChecker().update  # HPPs checked against the HPAs in the files
 
     kube: dict[str, Any] = {}
     api_client = None
@@ -236,15 +243,22 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
 
         api_client = load_api_client(args.kubeconfig)
 
+    from adapter.upstream import Passthrough, config_from_args
+
+    upstream_config = config_from_args(args)
+    upstream = Passthrough(upstream_config, own_names=engine.metric_names) if upstream_config else None
+
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
         try:
             await engine.start()
+            if upstream is not None:
+                await upstream.start()
             if manifest_store is not None:
                 manifest_store.start()
                 log.info("local mode: serving objects from %s", ", ".join(args.manifests))
             else:
-                kube.update(_start_kube(args, api_client, engine, context))
+                kube.update(_start_kube(args, api_client, engine, context, upstream))
         except Exception as exc:
             # uvicorn stops serving and returns normally; run_serve turns this into an exit code.
             args.startup_failures = [*getattr(args, "startup_failures", []), exc]
@@ -257,17 +271,20 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
             for stopper in kube.get("stoppers", []):
                 with contextlib.suppress(Exception):
                     stopper()
+            if upstream is not None:
+                await upstream.stop()
             await engine.stop()
 
     from adapter.auth.factory import build_auth
     from adapter.auth.middleware import AuthMiddleware
 
-    app = PrescalerApp(engine, lifespan=lifespan)
+    app = PrescalerApp(engine, lifespan=lifespan, upstream=upstream)
     authenticator, authorizer, client_cas = build_auth(args)
     return AuthMiddleware(app, authenticator, authorizer), client_cas
 
 
-def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context: Any) -> dict[str, Any]:
+def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context: Any,
+                upstream: Any = None) -> dict[str, Any]:
     """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
     import base64
 
@@ -290,10 +307,22 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
-    writer = StatusWriter(api_client, engine.status.current, elector=elector)
+    desired = engine.status.current
+    if upstream is not None:  # VirtualMetrics that shadow an upstream metric say so (ShadowsUpstream)
+        from adapter.upstream.status import with_shadow_conditions
+
+        desired = with_shadow_conditions(desired, upstream, lambda: {
+            vm.name: vm.metric_name for vm in engine.published.metrics.values()})
+    writer = StatusWriter(api_client, desired, elector=elector)
     engine.on_status_change(writer.notify)
+    if upstream is not None:
+        upstream.on_shadowed_change = writer.notify
     writer.start()
-    return {"stoppers": [writer.stop, store.stop], "store": store}
+    from adapter.store.hpp_kube import HPPStatusController
+
+    hpp_status = HPPStatusController(api_client, is_leader=lambda: elector.is_leader)  # reads HPAs, never writes
+    hpp_status.start()
+    return {"stoppers": [writer.stop, store.stop, hpp_status.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -504,7 +504,58 @@ def virtual_metric_event_crd() -> Schema:
     ])
 
 
+# ------------------------------------------------------------------ HorizontalPodPrescaler (the seed's third kind)
+
+QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+
+def horizontal_pod_prescaler_schema() -> Schema:
+    """Namespaced, as in the seed. Never enforced: prescaler only reports whether the named HPA already
+    has the External metric (condition HPAConfigured); `prescaler migrate` prints the change."""
+    target = obj("The per-pod value the HPA should keep (the seed's targetMetric): "
+                 "desired replicas = ceil(value / averageValue).", {
+                     "averageValue": {"x-kubernetes-int-or-string": True, "pattern": QUANTITY, "maxLength": 64,
+                                      "description": "Target value per pod, a number or a Kubernetes quantity "
+                                                     "(10, \"2.5\", \"500m\")."},
+                 }, required=["averageValue"])
+    entry = obj("One metric of the HPA: a VirtualMetric's served name and its per-pod target.", {
+        "metric": obj("The external metric.", {
+            "name": string("spec.name of a VirtualMetric.", METRIC_NAME, 253),
+        }, required=["name"]),
+        "target": target,
+    }, required=["metric", "target"])
+    spec = obj("An existing HPA and the prescaler metrics it should scale on. prescaler never writes the HPA.", {
+        "metrics": array("External metrics the HPA should have; the selector is resource=<this object's name>.",
+                         entry, max_items=16, min_items=1),
+        "scaleTargetRef": obj("The existing HorizontalPodAutoscaler, in this object's namespace.", {
+            "apiVersion": string("autoscaling/v2 (or autoscaling/v1).", max_length=253),
+            "kind": string("HorizontalPodAutoscaler.", enum=["HorizontalPodAutoscaler"]),
+            "name": string("Name of the HPA.", DNS1123_SUBDOMAIN, 253),
+        }, required=["name"]),
+    }, required=["metrics", "scaleTargetRef"])
+    status = obj("Observed state, written by prescaler.", {
+        "observedGeneration": integer("metadata.generation last processed.", 0, fmt="int64"),
+        "conditions": {**array("HPAConfigured: whether the HPA has every metric; when False the message "
+                               "holds the kubectl patch command that adds them.", condition(), max_items=16),
+                       "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    })
+    return top_level("The seed's HorizontalPodPrescaler: which HPA should scale on which prescaler metric. "
+                     "Checked and reported, never enforced.", spec, status, spec_required=True)
+
+
+def horizontal_pod_prescaler_crd() -> Schema:
+    doc = crd("HorizontalPodPrescaler", "horizontalpodprescalers", "hpp", horizontal_pod_prescaler_schema(), [
+        column("HPA", "string", ".spec.scaleTargetRef.name", "The HPA that should have the metrics."),
+        column("Configured", "string", '.status.conditions[?(@.type=="HPAConfigured")].status',
+               "Whether the HPA has the External metrics."),
+        AGE,
+    ])
+    doc["spec"]["scope"] = "Namespaced"
+    return doc
+
+
 BUILDERS = {
     "VirtualMetric": virtual_metric_crd,
     "VirtualMetricEvent": virtual_metric_event_crd,
+    "HorizontalPodPrescaler": horizontal_pod_prescaler_crd,
 }

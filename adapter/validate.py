@@ -393,6 +393,15 @@ class Validator:
             if doc.kind == KIND_METRIC:
                 vm = parse_virtual_metric(doc.body)
                 checked.metric_name = vm.metric_name
+            elif doc.kind == "HorizontalPodPrescaler":
+                from adapter.store.hpp import HPPError, parse_hpp
+
+                try:  # namespaced; its metric names are references like a VME's
+                    hpp = parse_hpp(doc.body)
+                except HPPError as exc:
+                    self.error(doc, str(exc))
+                    return checked
+                checked.references = [(i, m.name) for i, m in enumerate(hpp.metrics)]
             else:
                 vme = parse_virtual_metric_event(doc.body, config_parsers())
                 checked.references = [(i, e.metric) for i, e in enumerate(vme.metrics)]

@@ -114,6 +114,7 @@ EXPECTED_BASE = {
     ("Namespace", "prescaler", ""),
     ("CustomResourceDefinition", "virtualmetrics.prescaler.pingpong.ai", ""),
     ("CustomResourceDefinition", "virtualmetricevents.prescaler.pingpong.ai", ""),
+    ("CustomResourceDefinition", "horizontalpodprescalers.prescaler.pingpong.ai", ""),
     ("ServiceAccount", "prescaler", NAMESPACE),
     ("ClusterRole", "prescaler", ""),
     ("ClusterRoleBinding", "prescaler", ""),
@@ -216,12 +217,12 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     granted = {(group, resource, verb, r["bindingNamespace"])
                for r in rules if "builtin" not in r
                for group in r["apiGroups"] for resource in r["resources"] for verb in r["verbs"]}
-    crs = {("prescaler.pingpong.ai", res, verb, "") for res in ("virtualmetrics", "virtualmetricevents")
-           for verb in ("get", "list", "watch")}
-    status = {("prescaler.pingpong.ai", f"{res}/status", verb, "")
-              for res in ("virtualmetrics", "virtualmetricevents") for verb in ("update", "patch")}
+    kinds = ("virtualmetrics", "virtualmetricevents", "horizontalpodprescalers")
+    crs = {("prescaler.pingpong.ai", res, verb, "") for res in kinds for verb in ("get", "list", "watch")}
+    status = {("prescaler.pingpong.ai", f"{res}/status", verb, "") for res in kinds for verb in ("update", "patch")}
     leases = {("coordination.k8s.io", "leases", verb, NAMESPACE) for verb in ("get", "create", "update")}
-    assert granted == crs | status | leases
+    hpas = {("autoscaling", "horizontalpodautoscalers", verb, "") for verb in ("get", "list", "watch")}  # read-only
+    assert granted == crs | status | leases | hpas
     assert not any(g[1] == "secrets" for g in granted)
 
 

@@ -82,7 +82,7 @@ def test_chart_crds_are_the_deploy_crds() -> None:
     """crds/ links to deploy/crds: Helm and kustomize must install byte-identical CRDs."""
     for crd in chart().crds:
         assert crd["data"].encode() == (ROOT / "deploy" / crd["name"]).read_bytes()
-    assert len(chart().crds) == 2
+    assert len(chart().crds) == 3
 
 
 # ------------------------------------------------------------------ same objects as kustomize

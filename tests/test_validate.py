@@ -155,6 +155,14 @@ def test_directories_the_seed_and_the_local_examples(capsys: pytest.CaptureFixtu
     assert seed and main(["validate", *map(str, seed)]) == 0, capsys.readouterr().out
 
 
+def test_the_whole_seed_including_its_horizontal_pod_prescaler(capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed's third kind is namespaced and known: checked, not warned about or called cluster-scoped."""
+    assert main(["validate", "--strict", str(ROOT / "examples" / "seed")]) == 0
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "3 prescaler object(s) checked" in out and "0 warning(s)" in out, out
+
+
 def test_the_old_script_is_the_same_command(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(changed(VM, "spec.mergeStrategy", "Median")))

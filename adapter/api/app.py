@@ -28,6 +28,7 @@ from adapter.api import openapi, wire
 from adapter.api.preview_route import install_preview_routes
 from adapter.api.provider import MetricNotFound, MetricsProvider, Values
 from adapter.labels import SelectorError, parse_query_selector
+from adapter.upstream import Passthrough
 from adapter.version import version_info
 
 log = logging.getLogger("prescaler.api")
@@ -51,8 +52,10 @@ class PrescalerApp:
     """The ASGI application: the hot /apis path in front of a FastAPI app for everything else."""
 
     def __init__(self, provider: MetricsProvider, lifespan: Callable[[], Any] | None = None,
-                 ready: Callable[[], bool] | None = None):
+                 ready: Callable[[], bool] | None = None, upstream: Passthrough | None = None):
         self.provider = provider
+        self.upstream = upstream  # metrics prescaler does not define go there (adapter/upstream)
+        self._own_names: tuple[Any, frozenset[str]] = (None, frozenset())
         self._ready = ready or (lambda: bool(getattr(provider, "synced", True)))
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
         # (namespace, metric, query) -> (provider snapshot, valid until, status code, body)
@@ -91,6 +94,10 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
+        if self.upstream is not None and not self._is_own_metric(parts[2]):
+            answer = await self.upstream.forward(method, scope.get("raw_path") or path, scope.get("query_string", b""))
+            await _respond(send, answer.code, answer.body, [(b"content-type", answer.content_type.encode("latin-1"))])
+            return "upstream", answer.code
         code = await self._value(scope, send, parts[1], parts[2])
         # 200 and 503 answer only for a defined metric; other names fold into one label (bounded cardinality)
         obs.record_query(parts[2], code, code in (200, 503))
@@ -103,8 +110,16 @@ class PrescalerApp:
         await _respond(send, 200, body, _JSON)
         return 200
 
+    def _is_own_metric(self, metric: str) -> bool:
+        snapshot = self.provider.snapshot()
+        if self._own_names[0] is not snapshot:
+            self._own_names = (snapshot, frozenset(self.provider.metric_names()))
+        return metric in self._own_names[1]
+
     def _resource_list(self) -> bytes:
         names = tuple(self.provider.metric_names())
+        if self.upstream is not None:
+            names = self.upstream.merged_names(names)  # cached upstream names, never a live call
         cached_names, body = self._resource_list_cache
         if names != cached_names:
             body = wire.api_resource_list(names)

@@ -8,7 +8,9 @@
 - Invalid objects are handed to the engine like valid ones: it records their errors per object,
   so one bad object never hides the others.
 - `kind: Secret` documents (data or stringData) serve as the secret store for source headers.
-- Other kinds (an HPA beside the metrics, say) are ignored.
+- `on_documents` (optional) sees every document after each reload: HorizontalPodPrescalers are
+  checked against the HPAs in the same files that way (adapter/store/hpp_local.py).
+- Other kinds are ignored.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import base64
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ class ManifestStore:
         self.poll_interval = poll_interval
         self.files: dict[Path, _FileState] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.on_documents: Callable[[list[dict[str, Any]]], None] | None = None
         self._task: asyncio.Task[None] | None = None
         for path in self.paths:
             if not path.exists():
@@ -123,6 +126,8 @@ class ManifestStore:
         self.secrets = secrets
         self.sink.resync(KIND_METRIC, list(metrics.values()))
         self.sink.resync(KIND_EVENT, list(events.values()))
+        if self.on_documents is not None:
+            self.on_documents([doc for path in sorted(self.files) for doc in self.files[path].docs])
 
     def resolve_secret(self, namespace: str, name: str, key: str) -> str:
         data = self.secrets.get((namespace, name))
