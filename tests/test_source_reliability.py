@@ -379,3 +379,24 @@ def test_a_failure_that_repeats_logs_its_traceback_once(monkeypatch, caplog):
         run_until(runner, lambda: runner.health.last_success is not None)
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert source.calls == 6 and len(tracebacks) == 1
+
+
+def test_local_sources_start_at_once_remote_ones_are_spread():
+    async def go() -> tuple[float | None, list[float | None]]:
+        spreader = StartSpreader(rate=1.0)  # one remote start per second at most
+        local = SourceRunner("cal", schedule(EVERY_MINUTE, SourceContext()), lambda _n, _i: None,
+                             spreader=spreader)
+        remote = [SourceRunner(f"r{i}", Flaky([]), lambda _n, _i: None, spreader=spreader) for i in range(3)]
+        for runner in [local, *remote]:
+            runner.source.common = CommonSourceSettings(interval=60.0, timeout=1.0)
+            runner.start()
+        limit = time.monotonic() + 5
+        while any(r.first_delay is None for r in [local, *remote]) and time.monotonic() < limit:
+            await asyncio.sleep(0.01)
+        for runner in [local, *remote]:
+            await runner.stop()
+        return local.first_delay, [r.first_delay for r in remote]
+
+    local_delay, remote_delays = asyncio.run(go())
+    assert local_delay == 0.0
+    assert sorted(d for d in remote_delays if d is not None)[-1] >= 1.0  # the third waits its turn

@@ -236,8 +236,13 @@ class SourceRunner:
             pass
 
     async def _loop(self) -> None:
-        spreader = self._spreader or loop_spreader()
-        self.first_delay = spreader.delay(self.source.common.interval)
+        if self.source.never_stale:
+            # Local sources (schedule) call no endpoint and their items are known at once: start
+            # them now, so a restarted server serves its calendars from the first moment.
+            self.first_delay = 0.0
+        else:
+            spreader = self._spreader or loop_spreader()
+            self.first_delay = spreader.delay(self.source.common.interval)
         if self.first_delay > 0:
             await self._sleep(self.first_delay, clear=False)  # a trigger() before the start still counts
         while True:

@@ -138,7 +138,11 @@ class ScheduleSource(Source[ScheduleConfig]):
         try:
             if not budget.has_room(_TAKE_STEP):
                 raise BudgetExhausted  # without starting: the others hold everything
-            items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
+            if self.config.windows:
+                items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
+            else:
+                # Only inline items (at most MAX_INLINE_ITEMS): a filter, cheaper than the thread hop.
+                items = expand(self.config, now, MAX_ITEMS_PER_CALENDAR, take)
         except BudgetExhausted:
             budget.release(self)
             raise SourceError(f"the calendars of this server may expand to {budget.total} items in total "
