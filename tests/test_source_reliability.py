@@ -186,6 +186,11 @@ def test_all_calendars_share_one_expansion_budget():
     assert isinstance(first, FetchResult) and isinstance(second, FetchResult)
     assert len(first.items) + len(second.items) <= 12_000
     assert isinstance(third, SourceError) and "12000 items in total" in str(third)
+    # A calendar that fits keeps fitting: its next expansion reuses its own share, even while the
+    # third one keeps asking.
+    assert isinstance(asyncio.run(_try(sources[2].fetch(T0))), SourceError)
+    assert isinstance(asyncio.run(_try(sources[0].fetch(T0 + 60))), FetchResult)
+    assert context.expansion_budget.used == len(first.items) + len(second.items)
     # Deleting a calendar gives its share back.
     asyncio.run(sources[0].close())
     assert isinstance(asyncio.run(_try(sources[2].fetch(T0))), FetchResult)

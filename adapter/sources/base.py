@@ -39,32 +39,67 @@ def no_secrets(namespace: str, name: str, key: str) -> str:
 class ExpansionBudget:
     """Items that all calendar (schedule) sources of one server may hold at once.
 
-    A calendar takes from the budget as its expansion produces items (from worker threads, hence
-    the lock) and gives its share back before its next expansion and when it is deleted, so ten
-    thousand `* * * * *` calendars cannot take the server's memory between them.
+    A calendar's cost is what its current snapshot holds (kept by the engine while a later fetch
+    fails) or what its expansion in progress has taken, whichever is larger. An expansion takes from
+    the budget as it produces items (from the worker thread, hence the lock) and can always reuse its
+    own snapshot's share, so ten thousand `* * * * *` calendars cannot take the server's memory
+    between them, and a calendar that fits keeps fitting.
     """
 
     def __init__(self, total: int):
         self.total = total
-        self._used: dict[int, int] = {}
-        self._sum = 0
+        self._held: dict[int, int] = {}  # items in each calendar's current snapshot
+        self._pending: dict[int, int] = {}  # items taken by each expansion in progress
+        self._sum = 0  # sum over calendars of max(held, pending)
         self._lock = threading.Lock()
 
-    def take(self, owner: object, count: int) -> bool:
-        """Record `count` more items for `owner`; False (and nothing recorded) beyond the total."""
+    def _cost(self, key: int) -> int:
+        return max(self._held.get(key, 0), self._pending.get(key, 0))
+
+    def _after(self, key: int, count: int) -> int:
+        """The total if `key`'s expansion took `count` more items."""
+        cost = max(self._held.get(key, 0), self._pending.get(key, 0) + count)
+        return self._sum - self._cost(key) + cost
+
+    def has_room(self, owner: object, count: int) -> bool:
         with self._lock:
-            if self._sum + count > self.total:
+            return self._after(id(owner), count) <= self.total
+
+    def take(self, owner: object, count: int) -> bool:
+        """Record `count` more items for `owner`'s expansion; False (nothing recorded) beyond the total."""
+        key = id(owner)
+        with self._lock:
+            after = self._after(key, count)
+            if after > self.total:
                 return False
-            self._used[id(owner)] = self._used.get(id(owner), 0) + count
-            self._sum += count
+            self._pending[key] = self._pending.get(key, 0) + count
+            self._sum = after
             return True
 
-    def has_room(self, count: int) -> bool:
-        return self._sum + count <= self.total
+    def commit(self, owner: object, count: int) -> None:
+        """The expansion became the snapshot, with exactly `count` items."""
+        key = id(owner)
+        with self._lock:
+            before = self._cost(key)
+            self._pending.pop(key, None)
+            self._held[key] = count
+            self._sum += self._cost(key) - before
+
+    def abandon(self, owner: object) -> None:
+        """The expansion failed; the previous snapshot (and its share) stays."""
+        key = id(owner)
+        with self._lock:
+            before = self._cost(key)
+            self._pending.pop(key, None)
+            self._sum += self._cost(key) - before
 
     def release(self, owner: object) -> None:
+        """The calendar is gone (deleted or replaced)."""
+        key = id(owner)
         with self._lock:
-            self._sum -= self._used.pop(id(owner), 0)
+            self._sum -= self._cost(key)
+            self._held.pop(key, None)
+            self._pending.pop(key, None)
 
     @property
     def used(self) -> int:

@@ -130,13 +130,12 @@ class ScheduleSource(Source[ScheduleConfig]):
 
     async def fetch(self, now: float) -> FetchResult:
         budget = self.context.expansion_budget
-        budget.release(self)  # this expansion replaces the previous one
 
         def take(count: int) -> bool:
             return budget.take(self, count)
 
         try:
-            if not budget.has_room(_TAKE_STEP):
+            if not budget.has_room(self, _TAKE_STEP):
                 raise BudgetExhausted  # without starting: the others hold everything
             if self.config.windows:
                 items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
@@ -144,15 +143,19 @@ class ScheduleSource(Source[ScheduleConfig]):
                 # Only inline items (at most MAX_INLINE_ITEMS): a filter, cheaper than the thread hop.
                 items = expand(self.config, now, MAX_ITEMS_PER_CALENDAR, take)
         except BudgetExhausted:
-            budget.release(self)
+            budget.abandon(self)
             raise SourceError(f"the calendars of this server may expand to {budget.total} items in total "
                               "and the others hold the rest; shorten lookahead or remove windows here or "
                               "elsewhere") from None
         except ExpansionLimit as exc:
-            budget.release(self)
+            budget.abandon(self)
             raise SourceError(f"the calendar expands to more than {exc.limit} items within its "
                               f"lookahead ({self.config.lookahead:g}s); shorten lookahead or use fewer "
                               "or less frequent windows") from None
+        except BaseException:
+            budget.abandon(self)
+            raise
+        budget.commit(self, len(items))
         return FetchResult(items=items)
 
     async def close(self) -> None:
