@@ -77,12 +77,13 @@ class ExpansionBudget:
             return True
 
     def commit(self, owner: object, count: int) -> None:
-        """The expansion became the snapshot, with exactly `count` items."""
+        """The expansion became the snapshot, with `count` items. The calendar keeps what it took
+        (a little more than `count`: expansions take in steps), so its next expansion of the same
+        size always fits."""
         key = id(owner)
         with self._lock:
             before = self._cost(key)
-            self._pending.pop(key, None)
-            self._held[key] = count
+            self._held[key] = max(count, self._pending.pop(key, 0))
             self._sum += self._cost(key) - before
 
     def abandon(self, owner: object) -> None:
