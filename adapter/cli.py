@@ -8,6 +8,7 @@ non-zero exit, never a traceback: usage errors exit 2, runtime errors 1, a close
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import importlib
 import logging
@@ -150,7 +151,8 @@ def run_serve(args: argparse.Namespace) -> int:
         app, client_cas = build_app(args)
         options = serving_options_from_args(args, log_level=logs.uvicorn_log_level(args.verbosity),
                                             access_log=logs.access_log_enabled(args.verbosity),
-                                            client_ca_pems=client_cas)
+                                            client_ca_pems=client_cas,
+                                            on_listening=_local_kubeconfig_writer(args))
     except (ValueError, OSError, KubeConfigError) as exc:  # includes AuthConfigError and ManifestError
         print(f"prescaler serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -192,9 +194,21 @@ def _prepare_local_tls(args: argparse.Namespace) -> None:
         key_path.touch(mode=0o600)
         key_path.write_bytes(key)
         args.tls_cert_file, args.tls_private_key_file = str(out / "tls.crt"), str(key_path)
-    host = "127.0.0.1" if args.bind_address in ("0.0.0.0", "::", "") else args.bind_address
-    write_kubeconfig(Path(args.write_kubeconfig), f"https://{host}:{args.secure_port}", Path(args.tls_cert_file))
-    log.info("kubeconfig for this server: %s", args.write_kubeconfig)
+
+
+def _local_kubeconfig_writer(args: argparse.Namespace) -> Any:
+    """With --write-kubeconfig: write it once the port is bound (the real one for --secure-port 0)."""
+    if not args.write_kubeconfig:
+        return None
+    from pathlib import Path
+
+    def write(bind_address: str, port: int) -> None:
+        host = "127.0.0.1" if bind_address in ("0.0.0.0", "::", "") else bind_address
+        host = f"[{host}]" if ":" in host else host
+        write_kubeconfig(Path(args.write_kubeconfig), f"https://{host}:{port}", Path(args.tls_cert_file))
+        log.info("kubeconfig for this server: %s", args.write_kubeconfig)
+
+    return write
 
 
 def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = None) -> None:
@@ -227,6 +241,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     observability.SERVED.resize(args.metrics_max_served_targets)  # ValueError: a usage error
     context = SourceContext(allow_private_networks=args.allow_private_networks)
     engine = Engine(context)
+    from adapter.announced_metrics import export_announced_values
+
+    export_announced_values(engine)  # announcements of the past become history (forecast regressors)
     manifest_store: ManifestStore | None = None
     if args.manifests:
         manifest_store = ManifestStore(engine, args.manifests)
@@ -304,6 +321,11 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
         return base64.b64decode(data).decode()
 
     context.secrets = resolve_secret
+    from adapter.store.leadtime import AutoLeadTimes, hpa_reader, learn_forever
+
+    # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
+    engine.lead_times = learner = AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client))
+    learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
@@ -322,7 +344,7 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
 
     hpp_status = HPPStatusController(api_client, is_leader=lambda: elector.is_leader)  # reads HPAs, never writes
     hpp_status.start()
-    return {"stoppers": [writer.stop, store.stop, hpp_status.stop], "store": store}
+    return {"stoppers": [learning.cancel, writer.stop, store.stop, hpp_status.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

