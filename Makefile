@@ -55,6 +55,7 @@ bench: install tools
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) bench/serve.py
 	$(PY) bench/timeline.py
+	$(PY) bench/scale.py
 	$(PY) bench/forecast.py
 	$(PY) bench/scaling.py
 

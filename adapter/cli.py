@@ -118,6 +118,8 @@ def _add_serve(sub: Any) -> None:
                             "objects come from YAML files (local mode); otherwise they are watched in the cluster.")
     parser.add_argument("--manifests", nargs="+", metavar="PATH", default=None,
                         help=COMMON_HELP["manifests"] + " (local mode; without it the cluster is watched)")
+    parser.add_argument("--max-manifest-bytes", type=_positive_int, default=8 * 1024 * 1024, metavar="BYTES",
+                        help="refuse a manifest file larger than this (default 8 MiB)")
     parser.add_argument("--kubeconfig", default=None, help=COMMON_HELP["kubeconfig"])
     parser.add_argument("--allow-private-networks", action="store_true", help=COMMON_HELP["allow_private_networks"])
     parser.add_argument("--write-kubeconfig", metavar="PATH", default=None,
@@ -138,6 +140,13 @@ def _add_serve(sub: Any) -> None:
 
     add_upstream_flags(parser)
     parser.set_defaults(func=run_serve)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, got {text}")
+    return value
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -230,7 +239,7 @@ def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = N
 def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """The whole server as an ASGI app (store -> engine -> API, auth in front) and the provider of
     client CAs for the TLS layer."""
-    from adapter import observability
+    from adapter import heap, observability
     from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
     from adapter.sources.base import SourceContext
@@ -240,13 +249,14 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     observability.set_build_info(__version__, git_commit())
     observability.SERVED.resize(args.metrics_max_served_targets)  # ValueError: a usage error
     context = SourceContext(allow_private_networks=args.allow_private_networks)
+    heap.enable()  # a server's loaded objects live long: keep the GC from walking them (adapter.heap)
     engine = Engine(context)
     from adapter.announced_metrics import export_announced_values
 
     export_announced_values(engine)  # announcements of the past become history (forecast regressors)
     manifest_store: ManifestStore | None = None
     if args.manifests:
-        manifest_store = ManifestStore(engine, args.manifests)
+        manifest_store = ManifestStore(engine, args.manifests, max_file_bytes=args.max_manifest_bytes)
         context.secrets = manifest_store.resolve_secret
         from adapter.store.hpp_local import LocalHPPChecker
 

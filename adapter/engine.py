@@ -16,16 +16,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from adapter import heap
 from adapter import observability as obs
 from adapter.handoff import LoopHandOff
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
 from adapter.pipeline.contributions import Partition
+from adapter.pipeline.incremental import publish_changes, split_targets
 from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
 from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
-from adapter.pipeline.publish import EMPTY, Published, build_published
+from adapter.pipeline.publish import EMPTY, Published
 from adapter.pipeline.query import MetricNotFound, Outcome, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
 from adapter.resources import KIND_EVENT, KIND_METRIC
@@ -35,12 +37,17 @@ from adapter.status_board import StatusBoard
 
 log = logging.getLogger("prescaler.engine")
 
+# Item snapshots are rebuilt on the event loop in pieces of this many targets (a few ms each).
+INLINE_TARGETS = 2000
+
 
 class Engine:
     def __init__(self, context: SourceContext | None = None, clock: Callable[[], float] = time.time,
-                 rebuild_delay: float = 0.05, start_sources: bool = True):
+                 rebuild_delay: float = 0.05, start_sources: bool = True, snapshot_delay: float = 0.005):
         self.context, self.clock = context or SourceContext(), clock
         self.rebuild_delay, self.start_sources = rebuild_delay, start_sources
+        # An item snapshot rebuilds only its targets (milliseconds), so it waits less to coalesce.
+        self.snapshot_delay = min(snapshot_delay, rebuild_delay)
         self.table = objects.ObjectTable(self.context)
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
         self.published: Published = EMPTY
@@ -49,6 +56,9 @@ class Engine:
         self._rebuild_handle: asyncio.TimerHandle | None = None
         self._rebuilding = False
         self._dirty: set[Partition] | None = None  # partitions to rebuild; None: everything
+        # Targets to rebuild one by one (item snapshots), and the events whose items changed.
+        self._dirty_targets: dict[Partition, set[str]] = {}
+        self._dirty_events: set[str] = set()
         self._changed = False
         self.status = StatusBoard(self.statuses)
         self._synced_kinds: set[str] = set()
@@ -94,8 +104,9 @@ class Engine:
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
             names = {n for n in map(objects.name_of, docs) if n}
-            for doc in docs:
-                self._handle(self.table.apply(doc))
+            with heap.no_collection():  # a full list (the initial load) allocates in bulk
+                for doc in docs:
+                    self._handle(self.table.apply(doc))
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._delete(kind, name)
             self._synced_kinds.add(kind)
@@ -122,7 +133,12 @@ class Engine:
         for event, count in change.dropped.items():
             obs.record_expression_failures(event, count)
         self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
-        if change.rebuild:
+        if change.targets:
+            for partition, resources in change.targets.items():
+                self._dirty_targets.setdefault(partition, set()).update(resources)
+            self._dirty_events |= change.events
+            self._schedule_rebuild(set(), self.snapshot_delay)
+        elif change.rebuild:
             self._schedule_rebuild(change.partitions)
         elif change.changed:
             self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
@@ -157,11 +173,28 @@ class Engine:
         try:
             while self._changed:
                 dirty, self._dirty, self._changed = self._dirty, set(), False
+                targets, events = self._dirty_targets, self._dirty_events
+                self._dirty_targets, self._dirty_events = {}, set()
                 self.names = resolve_metric_names(self.metrics.values(), self.names)
                 started = time.perf_counter()
-                # The numpy work runs off the loop so queries keep being answered meanwhile.
-                self.published = await asyncio.to_thread(build_published, self.names.served, self.table.feeds(),
-                                                         self.clock(), self.published, dirty)
+                feeds = self.table.feeds()
+                if dirty is not None and not dirty:
+                    # Only items changed: rebuild their targets right here, a few thousand at a
+                    # time, answering queries in between. In a thread this Python work would make
+                    # every request wait for the GIL behind it (a busy thread takes the GIL back for
+                    # a whole switch interval each time the loop's I/O lets go of it).
+                    pieces = split_targets(targets, INLINE_TARGETS)
+                    for number, piece in enumerate(pieces, 1):
+                        self.published = publish_changes(self.names.served, feeds, self.clock(), self.published,
+                                                         set(), piece, events)
+                        if number < len(pieces):
+                            heap.after_publish()
+                            await asyncio.sleep(0)
+                else:
+                    # Whole partitions: the numpy-heavy build runs off the loop.
+                    self.published = await asyncio.to_thread(publish_changes, self.names.served, feeds,
+                                                             self.clock(), self.published, dirty, targets, events)
+                heap.after_publish()
                 obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
                 self.status.changed()
         finally:

@@ -276,7 +276,13 @@ def _parse_metric_entries(raw: Any) -> tuple[MetricEntry, ...]:
     if len(raw) > MAX_METRIC_ENTRIES:
         raise ValidationError("spec.metrics", f"more than {MAX_METRIC_ENTRIES} entries")
     entries = []
+    metric_ok: dict[str, bool] = {}
+    namespace_ok: dict[str, bool] = {}
     for index, item in enumerate(raw):
+        fast = _common_entry(item, metric_ok, namespace_ok)
+        if fast is not None:
+            entries.append(fast)
+            continue
         path = f"spec.metrics[{index}]"
         entry = expect_mapping(item, path)
         reject_unknown(entry, ("name", "resource", "value"), path)
@@ -295,6 +301,37 @@ def _parse_metric_entries(raw: Any) -> tuple[MetricEntry, ...]:
             raise ValidationError(f"{path}.value.expression", "required: a non-empty expression string")
         entries.append(MetricEntry(metric=metric, resource=resource, expression=expression))
     return tuple(entries)
+
+
+_ENTRY_FIELDS = frozenset(("name", "resource", "value"))
+_RESOURCE_FIELDS = frozenset(("name", "namespace"))
+
+
+def _common_entry(item: Any, metric_ok: dict[str, bool], namespace_ok: dict[str, bool]) -> MetricEntry | None:
+    """The usual entry ({name, resource: {name, namespace}, value: {expression}}, all valid) checked
+    in one go: 100 000 entries load in a fraction of the field-by-field time. None for anything else,
+    which then takes the field-by-field path that words the error. Metric names and namespaces repeat,
+    so their checks are remembered per call."""
+    if type(item) is not dict or item.keys() != _ENTRY_FIELDS:
+        return None
+    metric, resource, value = item["name"], item["resource"], item["value"]
+    if (type(metric) is not str or type(resource) is not dict or type(value) is not dict
+            or resource.keys() != _RESOURCE_FIELDS or len(value) != 1):
+        return None
+    namespace, name, expression = resource["namespace"], resource["name"], value.get("expression")
+    if type(namespace) is not str or type(name) is not str or type(expression) is not str:
+        return None
+    if len(metric) > 4096 or len(namespace) > 4096 or len(name) > 4096 or len(expression) > 4096:
+        return None
+    ok = metric_ok.get(metric)
+    if ok is None:
+        ok = metric_ok[metric] = bool(metric) and _METRIC_NAME.match(metric) is not None
+    known = namespace_ok.get(namespace)
+    if known is None:
+        known = namespace_ok[namespace] = bool(namespace) and _DNS1123_LABEL.match(namespace) is not None
+    if not (ok and known and _DNS1123_SUBDOMAIN.match(name) and expression.strip()):
+        return None
+    return MetricEntry(metric=metric, resource=ResourceRef(namespace=namespace, name=name), expression=expression)
 
 
 def _parse_resource(raw: Any, path: str) -> ResourceRef:

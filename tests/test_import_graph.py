@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "adapter",  # the package itself: __version__
         "adapter.version", "adapter.errors", "adapter.quantity", "adapter.durations", "adapter.timefmt",
         "adapter.labels", "adapter.fields", "adapter.tscsv", "adapter.observability", "adapter.logs",
-        "adapter.handoff", "adapter.announced_metrics",
+        "adapter.handoff", "adapter.announced_metrics", "adapter.heap",
     )),
     ("model", (
         "adapter.resources", "adapter.items", "adapter.expressions", "adapter.policy",

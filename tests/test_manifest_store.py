@@ -201,10 +201,10 @@ def test_an_unexpected_error_loading_one_file_keeps_the_others(tmp_path: Path,
 
     real = manifests.load_documents
 
-    def flaky(path: Path):
+    def flaky(path: Path, *args: int):
         if path.name == "broken.yaml":
             raise RecursionError("maximum recursion depth exceeded")
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(manifests, "load_documents", flaky)
     sink = RecordingSink()

@@ -93,19 +93,24 @@ def compute_contributions(entries: Sequence[EntryPlan], items: Sequence[Item]) -
     ends = np.fromiter((i.end for i in items), float, n)
     names = set().union(*(e.expression.names for e in entries))
     columns = {name: np.fromiter((i.values.get(name, math.nan) for i in items), float, n) for name in names}
-    evaluated: dict[str, np.ndarray] = {}  # entries often share an expression
+    # Entries often share an expression (1 000 targets, a handful of formulas): evaluate each once,
+    # and let the named targets share its arrays.
+    evaluated: dict[str, tuple[np.ndarray, np.ndarray, int, Arrays]] = {}
     for entry in entries:
-        values = evaluated.get(entry.expression.text)
-        if values is None:
-            values = evaluated[entry.expression.text] = entry.expression.evaluate_many(columns, n)
-        ok = np.isfinite(values)
-        if not ok.all():
+        found = evaluated.get(entry.expression.text)
+        if found is None:
+            values = entry.expression.evaluate_many(columns, n)
+            ok = np.isfinite(values)
+            bad_count = n - int(np.count_nonzero(ok))
+            found = evaluated[entry.expression.text] = (
+                values, ok, bad_count, (starts[ok], ends[ok], values[ok]) if bad_count else (starts, ends, values))
+        values, ok, bad_count, kept = found
+        if bad_count:
             bad = np.flatnonzero(~ok)
             dropped += len(bad)
             reasons.append(_failure_reason(entry, items[int(bad[0])], len(bad)))
         if entry.name is not None:
-            parts.setdefault((entry.metric, entry.namespace, entry.name), []).append(
-                (starts[ok], ends[ok], values[ok]))
+            parts.setdefault((entry.metric, entry.namespace, entry.name), []).append(kept)
             continue
         label = entry.name_from_label or ""
         groups: dict[str, list[int]] = {}
@@ -124,8 +129,9 @@ def compute_contributions(entries: Sequence[EntryPlan], items: Sequence[Item]) -
             parts.setdefault((entry.metric, entry.namespace, target), []).append(
                 (starts[sel], ends[sel], values[sel]))
     by_key: dict[Key, Arrays] = {
-        key: (np.concatenate([p[0] for p in arrays]), np.concatenate([p[1] for p in arrays]),
-              np.concatenate([p[2] for p in arrays]))
+        key: arrays[0] if len(arrays) == 1 else
+        (np.concatenate([p[0] for p in arrays]), np.concatenate([p[1] for p in arrays]),
+         np.concatenate([p[2] for p in arrays]))
         for key, arrays in parts.items()
     }
     return Contributions(by_key, dropped, tuple(reasons))

@@ -53,13 +53,25 @@ class EventState:
     items: list[Item] = field(default_factory=list)  # the last snapshot
     contributions: Contributions = field(default_factory=Contributions)
 
+    # Derived from `entries`, remembered per entries list: status refreshes ask for every event
+    # several times a second, and an event can have 1 000 entries.
+    _derived: tuple[object, frozenset[str], frozenset[Partition]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def _entries_summary(self) -> tuple[object, frozenset[str], frozenset[Partition]]:
+        derived = self._derived
+        if derived is None or derived[0] is not self.entries:
+            derived = self._derived = (self.entries, frozenset(e.metric for e in self.entries),
+                                       frozenset(e.partition for e in self.entries))
+        return derived
+
     @property
     def metric_names(self) -> frozenset[str]:
-        return frozenset(e.metric for e in self.entries)
+        return self._entries_summary()[1]
 
     @property
     def partitions(self) -> set[Partition]:
-        return {e.partition for e in self.entries}
+        return set(self._entries_summary()[2])
 
 
 def apply_metric(state: MetricState, doc: Mapping[str, Any]) -> bool:
@@ -126,6 +138,10 @@ class Change:
     stop: list[SourceRunner] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # event -> contributions dropped just now
     changed: bool = True  # False: nothing at all changed (no rebuild, no status refresh)
+    # An item snapshot: only these targets (partition -> resources) of these events changed, so
+    # a key-level rebuild (adapter.pipeline.incremental) suffices; `partitions` is then empty.
+    targets: dict[Partition, set[str]] = field(default_factory=dict)
+    events: set[str] = field(default_factory=set)
 
     @property
     def rebuild(self) -> bool:
@@ -216,8 +232,11 @@ class ObjectTable:
         state = self.events.get(name)
         if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
             return _nothing()  # most polls re-announce the same items
-        change = Change(state.partitions)
+        before = state.contributions.by_key.keys()
+        change = Change(set(), events={name})
         self.set_items(state, items, change)
+        for metric, namespace, resource in before | state.contributions.by_key.keys():
+            change.targets.setdefault((metric, namespace), set()).add(resource)
         return change
 
     @staticmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,22 +41,45 @@ class EventFeed:
         return {e.partition for e in self.entries}
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
+    """One served target. A named tuple: a snapshot of one source rebuilds a thousand of these, and
+    a frozen dataclass took several times as long to make."""
+
     resource: str
-    key: int  # index in the partition's TimelineSet
+    key: int  # index in `timelines` (the partition's TimelineSet unless updated on its own)
     labels: Mapping[str, str]
     holders: tuple[SourceRunner, ...] = ()
     holder_names: tuple[str, ...] = ()
+    # The timelines this target's value is read from: a target updated by a key-level rebuild
+    # (adapter.pipeline.incremental) points at a small set of its own.
+    timelines: TimelineSet | None = None
+    sources: tuple[str, ...] = ()  # every event that names this target or contributes to it, by name
+
+    def timeline_set(self, partition: PartitionView) -> TimelineSet:
+        return self.timelines if self.timelines is not None else partition.timelines
 
 
-@dataclass(frozen=True)
 class PartitionView:
-    """The targets of one (metric, namespace), sorted by resource name."""
+    """The targets of one (metric, namespace), by resource name and sorted by it (immutable).
 
-    timelines: TimelineSet  # may be shared with partitions rebuilt at the same time
-    targets: tuple[Target, ...]
-    by_resource: Mapping[str, Target]
+    `targets` is made on first use when not given: the HPA's query looks up `by_resource`, and a
+    snapshot of one source must not pay for listing 100 000 targets it did not change."""
+
+    __slots__ = ("timelines", "by_resource", "resources", "_targets")
+
+    def __init__(self, timelines: TimelineSet, targets: tuple[Target, ...] | None,
+                 by_resource: Mapping[str, Target], resources: tuple[str, ...] | None = None):
+        self.timelines = timelines  # may be shared with partitions rebuilt at the same time
+        self.by_resource = by_resource
+        # The targets' names, sorted (the order of `targets`).
+        self.resources = resources if resources is not None else tuple(sorted(by_resource))
+        self._targets = targets
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        if self._targets is None:
+            self._targets = tuple(self.by_resource[r] for r in self.resources)
+        return self._targets
 
 
 @dataclass(frozen=True)
@@ -67,10 +91,10 @@ class Published:
     built_at: float = 0.0
 
     def target_count(self, metric: str) -> int:
-        return sum(len(p.targets) for (m, _), p in self.partitions.items() if m == metric)
+        return sum(len(p.by_resource) for (m, _), p in self.partitions.items() if m == metric)
 
     def key_count(self) -> int:
-        return sum(len(p.targets) for p in self.partitions.values())
+        return sum(len(p.by_resource) for p in self.partitions.values())
 
 
 EMPTY = Published()
@@ -91,7 +115,14 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     index: dict[Key, int] = {}
     labels: list[dict[str, str]] = []
     holders: list[list[tuple[SourceRunner, str]]] = []
-    parts: list[ContributionArrays] = []
+    sources: list[list[str]] = []
+    # Contribution arrays and their key indexes, gathered first and joined once (not one small
+    # ContributionArrays per key: 100 000 keys made that the slowest part of a build).
+    part_keys: list[int] = []
+    part_counts: list[int] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    values: list[np.ndarray] = []
 
     def key_index(key: Key) -> int:
         k = index.get(key)
@@ -100,6 +131,7 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
             keys.append(key)
             labels.append({"resource": key[2]})
             holders.append([])
+            sources.append([])
         return k
 
     for event in events:
@@ -112,8 +144,13 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
                 continue
             k = key_index(key)
             touched.add(k)
-            parts.append(ContributionArrays(np.full(len(start), k, np.int64), start, end, value))
+            part_keys.append(k)
+            part_counts.append(len(start))
+            starts.append(start)
+            ends.append(end)
+            values.append(value)
         for k in touched:
+            sources[k].append(event.name)
             for label, text in event.labels.items():
                 labels[k].setdefault(label, text)
             if event.holder is not None:
@@ -122,16 +159,21 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     position = {name: i for i, name in enumerate(names)}
     table = [metrics[n].policy for n in names]
     policy_index = np.fromiter((position[metric] for metric, _, _ in keys), np.int64, len(keys))
-    timelines = build_timelines(list(keys), table, ContributionArrays.concat(parts), policy_index=policy_index,
+    contributions = (ContributionArrays(np.repeat(np.asarray(part_keys, np.int64), part_counts),
+                                        np.concatenate(starts), np.concatenate(ends), np.concatenate(values))
+                     if part_keys else ContributionArrays.empty())
+    timelines = build_timelines(list(keys), table, contributions, policy_index=policy_index,
                                 workers=REBUILD_WORKERS)
     grouped: dict[Partition, list[Target]] = {}
     for k, (metric, ns, resource) in enumerate(keys):
         grouped.setdefault((metric, ns), []).append(
-            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k])))
+            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), tuple(n for _, n in holders[k]),
+                   timelines, tuple(sources[k])))
     partitions: dict[Partition, PartitionView] = {}
     if reuse and previous is not None and wanted is not None:
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
     for partition, targets in grouped.items():
         targets.sort(key=lambda t: t.resource)
-        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets})
+        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets},
+                                              tuple(t.resource for t in targets))
     return Published(dict(metrics), partitions, now)

@@ -79,7 +79,7 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
             if runner.is_stale(now):
                 return SourceOnHold(metric, _stale_message(metric, ns, target.resource, owner, runner, now))
             valid_until = min(valid_until, runner.stale_at())
-        reading = part.timelines.value_and_next_change((metric, ns, target.resource), now)
+        reading = target.timeline_set(part).value_and_next_change((metric, ns, target.resource), now)
         if reading is None:
             value = default
         else:
@@ -105,9 +105,10 @@ def values_over(published: Published, metric: str, namespace: str, resource: str
     times = np.asarray(times, dtype=float)
     part = published.partitions.get((metric, namespace))
     key = (metric, namespace, resource)
-    if part is None or key not in part.timelines:
+    target = part.by_resource.get(resource) if part is not None else None
+    if part is None or target is None or key not in target.timeline_set(part):
         return np.full(len(times), vm.clamp(vm.default_value))
-    return part.timelines.values_at(key, times)
+    return target.timeline_set(part).values_at(key, times)
 
 
 def _stale_message(metric: str, ns: str, resource: str, owner: str, runner: SourceRunner, now: float) -> str:

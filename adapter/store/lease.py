@@ -6,7 +6,9 @@ Only the holder writes status (`adapter.store.status`); every replica keeps serv
   for ``leaseDurationSeconds`` *as measured on this replica's own monotonic clock* since the record
   was first observed. Like client-go we never compare the holder's ``renewTime`` with our wall
   clock, so clock skew between nodes cannot make two replicas leaders.
-* The holder renews every ``renew_interval``; every write is a PUT carrying the observed
+* The holder renews every ``renew_interval``; followers look every ``retry_interval`` (shorter), so
+  after the holder dies the Lease changes hands within lease_duration + 2 x retry_interval
+  (15 s + 4 s with the defaults, like client-go's 15 s / 2 s). Every write is a PUT carrying the observed
   ``resourceVersion``, so two replicas racing for the Lease cannot both win (one gets 409).
 * ``is_leader`` turns false by itself once ``lease_duration`` has passed since our last successful
   renewal, even if the API server is unreachable: by then another replica may have taken over.
@@ -45,7 +47,7 @@ def default_identity() -> str:
 class LeaseElector:
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str = "prescaler-status-writer", *,
                  identity: str | None = None, lease_duration: float = 15.0, renew_interval: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic,
+                 retry_interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
                  on_change: Callable[[bool], None] | None = None):
         if renew_interval >= lease_duration:
             raise ValueError("renew_interval must be shorter than lease_duration")
@@ -55,6 +57,7 @@ class LeaseElector:
         self.identity = identity or default_identity()
         self.lease_duration = lease_duration
         self.renew_interval = renew_interval
+        self.retry_interval = min(retry_interval, renew_interval)
         self.on_change = on_change
         self._clock = clock
         self._leader = False
@@ -168,9 +171,12 @@ class LeaseElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.try_acquire_or_renew()
-            # Followers poll at the same pace: takeover happens within lease_duration + renew_interval.
-            self._stop.wait(self.renew_interval)
+            self._stop.wait(self.next_attempt_in(self.try_acquire_or_renew()))
+
+    def next_attempt_in(self, leader: bool) -> float:
+        """Seconds to the next attempt: the holder renews at its pace; a follower looks more often, since
+        it can only take over at its first look after the record has stood still for lease_duration."""
+        return self.renew_interval if leader else self.retry_interval
 
     def stop(self, release: bool = True, timeout: float = 5.0) -> None:
         self._stop.set()
