@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from adapter.sources.registry import KINDS  # the one list of source kinds
+
 GROUP = "prescaler.pingpong.ai"
 VERSION = "v1"
 
@@ -395,20 +397,28 @@ def virtual_metric_schema() -> Schema:
                      spec_required=False)
 
 
-EXACTLY_ONE_SOURCE_KIND = ("[has(self.api), has(self.schedule), has(self.prometheus), has(self.forecast)]"
+EXACTLY_ONE_SOURCE_KIND = ("[" + ", ".join(f"has(self.{kind})" for kind in KINDS) + "]"
                            ".filter(x, x).size() == 1")
+KINDS_IN_WORDS = ", ".join(KINDS[:-1]) + " or " + KINDS[-1]
+
+
+def source_kind_schemas() -> dict[str, Schema]:
+    """The block of each registered source kind; refuses to build while the two disagree."""
+    schemas = {"api": api_source(), "schedule": schedule_source(), "prometheus": prometheus_source(),
+               "forecast": forecast_source()}
+    if set(schemas) != set(KINDS):
+        raise RuntimeError(f"source kinds in adapter.sources.registry {sorted(KINDS)} and schemas in "
+                           f"adapter/crd.py {sorted(schemas)} differ: add the new kind's schema here")
+    return {kind: schemas[kind] for kind in KINDS}
 
 
 def virtual_metric_event_schema() -> Schema:
-    source = obj("Where events come from: exactly one of api, schedule, prometheus or forecast, plus the "
+    source = obj(f"Where events come from: exactly one of {KINDS_IN_WORDS}, plus the "
                  "shared fetch settings.", {
-                     "api": api_source(),
-                     "schedule": schedule_source(),
-                     "prometheus": prometheus_source(),
-                     "forecast": forecast_source(),
+                     **source_kind_schemas(),
                      **common_source_fields(),
                  }, rules=[(EXACTLY_ONE_SOURCE_KIND,
-                            "exactly one of api, schedule, prometheus or forecast is required")])
+                            f"exactly one of {KINDS_IN_WORDS} is required")])
     resource = obj("The target workload the value is for; HPAs select it with the label resource=<name>.", {
         "namespace": string("Namespace of the target (and of the HPA that reads it).", DNS1123_LABEL, 63),
         "name": string("Name of the target.", DNS1123_SUBDOMAIN, 253),
@@ -433,7 +443,7 @@ def virtual_metric_event_schema() -> Schema:
     status = obj("Observed state, written by prescaler.", {
         "observedGeneration": integer("metadata.generation last processed.", 0, fmt="int64"),
         "sourceKind": string("Which source kind the spec uses (shown by kubectl get).",
-                             enum=["api", "schedule", "prometheus", "forecast"]),
+                             enum=list(KINDS)),
         "conditions": {**array("Ready, and the reasons when it is not.", condition(), max_items=16),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         "lastSuccessfulFetchTime": {"type": "string", "format": "date-time",

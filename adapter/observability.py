@@ -25,6 +25,11 @@ SOURCE_FETCHES = Counter(
     "prescaler_source_fetches_total", "Source fetches by kind and result (success|error).",
     ["kind", "result"], registry=REGISTRY,
 )
+SOURCE_LOOP_ERRORS = Counter(
+    "prescaler_source_loop_errors_total", "Unexpected exceptions caught in a source's fetch loop, by kind "
+    "and stage (fetch|publish|loop); the loop logs them and retries with backoff.", ["kind", "stage"],
+    registry=REGISTRY,
+)
 SOURCE_FETCH_SECONDS = Histogram(
     "prescaler_source_fetch_duration_seconds", "Duration of source fetches.", ["kind"], registry=REGISTRY,
 )

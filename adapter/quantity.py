@@ -1,4 +1,4 @@
-"""Kubernetes ``resource.Quantity``: exact parsing and canonical strings (wire.md §2.2).
+"""Kubernetes ``resource.Quantity``: exact parsing and canonical strings (docs/api.md).
 
 Every metric value we serve is a Quantity string, and the HPA reads it back with
 ``ParseQuantity(...).MilliValue()``. Getting the canonical form right matters because clients diff
@@ -322,7 +322,7 @@ def milli_value(q: Decimal) -> int:
     """Quantity.MilliValue(): ``q*1000`` as an integer, rounding a remainder away from zero.
 
     Upstream calls this ceil, and for positive values it is; its int64 path rounds negatives away
-    from zero too (``"-1500u"`` → -2, wire.md §2.2). Raises :class:`QuantityError` where the int64
+    from zero too (``"-1500u"`` → -2). Raises :class:`QuantityError` where the int64
     result would overflow (upstream silently wraps).
     """
     try:

@@ -1,4 +1,4 @@
-"""Typed models of the two custom resources (DESIGN §2), parsed from plain dicts (YAML or API JSON).
+"""Typed models of the two custom resources, parsed from plain dicts (YAML or API JSON).
 
 `prescaler.pingpong.ai/v1`, cluster-scoped: `VirtualMetric` and `VirtualMetricEvent`. Parsing is
 strict (unknown fields are errors, as with a structural CRD schema) and every error names the object
@@ -8,17 +8,15 @@ and the field path. The kind-specific part of a source is validated by its own c
 
 from __future__ import annotations
 
-import functools
-import math
+import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from adapter.durations import DurationError, parse_duration
 from adapter.errors import ValidationError
-from adapter.sources.base import CommonSourceSettings
-from adapter.timeline import MetricPolicy
+from adapter.fields import expect_mapping, read_duration, read_number, read_string, reject_unknown
+from adapter.policy import MERGE_STRATEGIES, MetricPolicy
 
 GROUP = "prescaler.pingpong.ai"
 VERSION = "v1"
@@ -26,12 +24,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND_METRIC = "VirtualMetric"
 KIND_EVENT = "VirtualMetricEvent"
 
-MERGE_STRATEGIES = ("Sum", "Max", "Min", "Average")
 ON_STALE = ("Hold", "UseKnown")
-SOURCE_KINDS = ("api", "schedule", "prometheus", "forecast")
 COMMON_SOURCE_FIELDS = ("interval", "timeout", "staleAfter", "onStale")
 
-# A metric name becomes a URL path segment (wire.md §1.1): no '/', '%', and not '.' or '..'.
+# A metric name becomes a URL path segment: no '/', '%', and not '.' or '..'.
 _METRIC_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:|]{0,251}[A-Za-z0-9_])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -42,24 +38,53 @@ MAX_METRIC_ENTRIES = 1000
 class VirtualMetric:
     name: str  # metadata.name
     metric_name: str  # spec.name: the external metric served
-    default_value: float = 0.0
-    merge_strategy: str = "Sum"
-    lead_time: float = 0.0
-    hold_time: float = 0.0
-    min: float | None = None
-    max: float | None = None
+    # Everything the timeline needs (default, merge strategy, lead/hold time, bounds), held once.
+    policy: MetricPolicy = MetricPolicy()
     generation: int = 0
     uid: str = ""
     lead_time_auto: bool = False  # `leadTime: Auto`: lead_time is replaced by the learnt value
 
-    @functools.cached_property
-    def policy(self) -> MetricPolicy:
-        """What the timeline needs of this object (semantics in adapter.timeline)."""
-        return MetricPolicy(self.default_value, self.merge_strategy, self.lead_time, self.hold_time,
-                            self.min, self.max)
+    # Read-only views of the policy for callers that name one field; the policy is the one copy.
+    @property
+    def default_value(self) -> float:
+        return self.policy.default_value
+
+    @property
+    def merge_strategy(self) -> str:
+        return self.policy.merge_strategy
+
+    @property
+    def lead_time(self) -> float:
+        return self.policy.lead_time
+
+    @property
+    def hold_time(self) -> float:
+        return self.policy.hold_time
+
+    @property
+    def min(self) -> float | None:
+        return self.policy.min
+
+    @property
+    def max(self) -> float | None:
+        return self.policy.max
 
     def clamp(self, value: float) -> float:
         return self.policy.clamp(value)
+
+    def with_lead_time(self, seconds: float) -> VirtualMetric:
+        """This object with another lead time (a learnt one, for `leadTime: Auto`)."""
+        return dataclasses.replace(self, policy=dataclasses.replace(self.policy, lead_time=seconds))
+
+
+@dataclass(frozen=True)
+class CommonSourceSettings:
+    """Fields every source kind shares: how often to fetch, how long to wait, when data is stale."""
+
+    interval: float = 30.0
+    timeout: float = 5.0
+    stale_after: float = 150.0
+    on_stale: str = "Hold"  # Hold | UseKnown
 
 
 @dataclass(frozen=True)
@@ -95,96 +120,16 @@ class VirtualMetricEvent:
     uid: str = ""
 
 
-ConfigParser = Callable[[str, Mapping[str, Any], str], Any]
+class SourceKindParser(Protocol):
+    """How the resource parser sees one source kind; `adapter.sources.registry` provides them.
 
+    Resources cannot import the sources (they sit above), so the kinds are passed in.
+    """
 
-# ---------------------------------------------------------------- small typed readers with paths
+    @property
+    def default_interval(self) -> float: ...
 
-
-def expect_mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ValidationError(path, f"expected an object, got {_type_name(value)}")
-    return value
-
-
-def reject_unknown(obj: Mapping[str, Any], allowed: tuple[str, ...] | set[str], path: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            hint = ", ".join(sorted(allowed))
-            raise ValidationError(_join(path, str(key)), f"unknown field (allowed: {hint})")
-
-
-def read_number(obj: Mapping[str, Any], key: str, path: str, default: float | None = None,
-                required: bool = False) -> float | None:
-    if key not in obj or obj[key] is None:
-        if required:
-            raise ValidationError(_join(path, key), "required")
-        return default
-    value = obj[key]
-    if isinstance(value, str):
-        # Allow Kubernetes quantity-ish strings such as "10" or "2.5" written quoted in YAML.
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValidationError(_join(path, key), f"expected a number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValidationError(_join(path, key), f"expected a number, got {_type_name(value)}")
-    number = float(value)
-    if not math.isfinite(number) or abs(number) > 1e15:
-        raise ValidationError(_join(path, key), f"{value!r} is not a finite number within ±1e15")
-    return number
-
-
-def read_string(obj: Mapping[str, Any], key: str, path: str, default: str | None = None,
-                required: bool = False, choices: tuple[str, ...] | None = None,
-                max_length: int = 4096) -> str | None:
-    if key not in obj or obj[key] is None:
-        if required:
-            raise ValidationError(_join(path, key), "required")
-        return default
-    value = obj[key]
-    if not isinstance(value, str):
-        raise ValidationError(_join(path, key), f"expected a string, got {_type_name(value)}")
-    if required and not value:
-        raise ValidationError(_join(path, key), "must not be empty")
-    if len(value) > max_length:
-        raise ValidationError(_join(path, key), f"longer than {max_length} characters")
-    if choices is not None and value not in choices:
-        raise ValidationError(_join(path, key), f"{value!r} is not one of {', '.join(choices)}")
-    return value
-
-
-def read_duration(obj: Mapping[str, Any], key: str, path: str, default: float,
-                  minimum: float = 0.0, maximum: float = 366 * 86400.0,
-                  parser: Callable[[Any], float] = parse_duration) -> float:
-    if key not in obj or obj[key] is None:
-        return default
-    try:
-        seconds = parser(obj[key])
-    except DurationError as exc:
-        raise ValidationError(_join(path, key), str(exc)) from None
-    if seconds < minimum or seconds > maximum:
-        raise ValidationError(_join(path, key), f"{obj[key]!r} must be between {minimum:g}s and {maximum:g}s")
-    return seconds
-
-
-def read_bool(obj: Mapping[str, Any], key: str, path: str, default: bool = False) -> bool:
-    if key not in obj or obj[key] is None:
-        return default
-    if not isinstance(obj[key], bool):
-        raise ValidationError(_join(path, key), f"expected true or false, got {_type_name(obj[key])}")
-    return bool(obj[key])
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {dict: "object", list: "array", str: "string", bool: "boolean",
-            int: "integer", float: "number"}.get(type(value), type(value).__name__)
+    def __call__(self, kind: str, spec: Mapping[str, Any], path: str) -> Any: ...
 
 
 # ---------------------------------------------------------------- metadata
@@ -241,16 +186,18 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
         return VirtualMetric(
             name=name,
             metric_name=metric_name,
-            default_value=read_number(spec, "defaultValue", "spec", default=0.0) or 0.0,
-            merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum",
-                                       choices=MERGE_STRATEGIES) or "Sum",
-            # Auto: learnt in cluster mode (adapter.store.leadtime); 5m until a measurement exists.
-            lead_time=300.0 if spec.get("leadTime") == "Auto" else read_duration(spec, "leadTime", "spec", 0.0,
-                                                                                maximum=7 * 86400.0),
+            policy=MetricPolicy(
+                default_value=read_number(spec, "defaultValue", "spec", default=0.0) or 0.0,
+                merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum",
+                                           choices=MERGE_STRATEGIES) or "Sum",
+                # Auto: learnt in cluster mode (adapter.store.leadtime); 5m until a measurement exists.
+                lead_time=300.0 if spec.get("leadTime") == "Auto" else read_duration(
+                    spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
+                hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
+                min=minimum,
+                max=maximum,
+            ),
             lead_time_auto=spec.get("leadTime") == "Auto",
-            hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
-            min=minimum,
-            max=maximum,
             generation=_generation(meta),
             uid=str(meta.get("uid", "")),
         )
@@ -269,7 +216,7 @@ def _check_type(doc: Mapping[str, Any], kind: str) -> None:
 # ---------------------------------------------------------------- VirtualMetricEvent
 
 
-def parse_virtual_metric_event(doc: Mapping[str, Any], source_parsers: Mapping[str, ConfigParser]) -> VirtualMetricEvent:
+def parse_virtual_metric_event(doc: Mapping[str, Any], source_parsers: Mapping[str, SourceKindParser]) -> VirtualMetricEvent:
     """Parse a VirtualMetricEvent. `source_parsers[kind](kind, spec, path)` validates a source's block."""
     name, meta = _metadata(doc, KIND_EVENT)
     obj = f"{KIND_EVENT}/{name}"
@@ -289,20 +236,19 @@ def parse_virtual_metric_event(doc: Mapping[str, Any], source_parsers: Mapping[s
         raise exc.for_object(obj) from None
 
 
-def _parse_source(raw: Any, source_parsers: Mapping[str, ConfigParser]) -> SourceSpec:
+def _parse_source(raw: Any, source_parsers: Mapping[str, SourceKindParser]) -> SourceSpec:
     if raw is None:
         raise ValidationError("spec.source", "required")
     src = expect_mapping(raw, "spec.source")
-    reject_unknown(src, SOURCE_KINDS + COMMON_SOURCE_FIELDS, "spec.source")
-    kinds = [k for k in SOURCE_KINDS if k in src]
+    known = tuple(source_parsers)  # the registry is the one list of source kinds
+    reject_unknown(src, known + COMMON_SOURCE_FIELDS, "spec.source")
+    kinds = [k for k in known if k in src]
     if len(kinds) != 1:
-        raise ValidationError("spec.source", f"exactly one of {', '.join(SOURCE_KINDS)} is required"
+        raise ValidationError("spec.source", f"exactly one of {', '.join(known)} is required"
                               + (f" (got {', '.join(kinds)})" if kinds else ""))
     kind = kinds[0]
-    if kind not in source_parsers:
-        raise ValidationError(f"spec.source.{kind}", f"source kind {kind!r} is not available in this build")
     block = dict(expect_mapping(src[kind], f"spec.source.{kind}"))
-    # The shared settings may sit beside the kind (DESIGN §2) or inside its block; the same field in
+    # The shared settings may sit beside the kind or inside its block; the same field in
     # both places must agree, so a manifest can never mean two things.
     common_raw: dict[str, Any] = {}
     for key in COMMON_SOURCE_FIELDS:
@@ -311,20 +257,15 @@ def _parse_source(raw: Any, source_parsers: Mapping[str, ConfigParser]) -> Sourc
             raise ValidationError(f"spec.source.{kind}.{key}", f"conflicts with spec.source.{key}")
         if outer is not None or inner is not None:
             common_raw[key] = outer if outer is not None else inner
-    default_interval = _default_interval(kind)
+    parser = source_parsers[kind]
+    default_interval = parser.default_interval
     interval = read_duration(common_raw, "interval", "spec.source", default_interval, minimum=1.0)
     timeout = read_duration(common_raw, "timeout", "spec.source", min(5.0, interval), minimum=0.1, maximum=300.0)
     stale_after = read_duration(common_raw, "staleAfter", "spec.source", 5 * interval, minimum=interval)
     on_stale = read_string(common_raw, "onStale", "spec.source", default="Hold", choices=ON_STALE) or "Hold"
     common = CommonSourceSettings(interval=interval, timeout=timeout, stale_after=stale_after, on_stale=on_stale)
-    config = source_parsers[kind](kind, block, f"spec.source.{kind}")
+    config = parser(kind, block, f"spec.source.{kind}")
     return SourceSpec(kind=kind, config=config, common=common, raw=dict(src))
-
-
-def _default_interval(kind: str) -> float:
-    from adapter.sources.registry import default_interval  # late: registry imports source modules
-
-    return default_interval(kind)
 
 
 def _parse_metric_entries(raw: Any) -> tuple[MetricEntry, ...]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adapter.policy import MetricPolicy  # re-exported: the timeline's input type
+
 _TIME_BITS = 43  # 2**43 ms ~ year 2248, beyond adapter.items.MAX_TIMESTAMP plus the shift
 _TIME_MASK = (1 << _TIME_BITS) - 1
 _MAX_SPAN_MS = 8 * 86400 * 1000  # leadTime/holdTime are capped at 7 days by validation
@@ -34,23 +36,6 @@ STRATEGIES = ("Sum", "Max", "Min", "Average")
 # Below these sizes a build takes milliseconds and threads would only add overhead.
 PARALLEL_MIN_KEYS = 10_000
 PARALLEL_MIN_CONTRIBUTIONS = 200_000
-
-
-@dataclass(frozen=True)
-class MetricPolicy:
-    default_value: float = 0.0
-    merge_strategy: str = "Sum"
-    lead_time: float = 0.0
-    hold_time: float = 0.0
-    min: float | None = None
-    max: float | None = None
-
-    def clamp(self, value: float) -> float:
-        if self.min is not None and value < self.min:
-            value = self.min
-        if self.max is not None and value > self.max:
-            value = self.max
-        return value
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from adapter.durations import parse_duration
 from adapter.forecast import fit_predict_many
 from adapter.forecast.regressors import Effects, add_effects, fit_effects, remove_effects
 from adapter.items import Item
+from adapter.policy import MetricPolicy
 from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
 from adapter.sim.engine import run_scenario
 from adapter.sim.metrics import PrescalerModel, RecordedResponse
@@ -168,7 +169,7 @@ def simulate(trace: Trace, start: float, duration: float, capacity: str, recorde
                           "metadata": {"name": "rps-forecast"}, "spec": {"defaultValue": 0, "leadTime": "5m"}}],
            "baselines": {"leadTime": "5m"}}
     scenario = parse_scenario(doc)
-    model = PrescalerModel([VirtualMetric(name="rps-forecast", metric_name="rps-forecast", lead_time=LEAD)],
+    model = PrescalerModel([VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
                            events_, recorded=recorded, trace=trace)
     return run_scenario(scenario, prescaler=model).summaries
 

@@ -38,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapter.durations import parse_duration
+from adapter.policy import MetricPolicy
 from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
 from adapter.sim.engine import run_scenario
 from adapter.sim.metrics import ForecastSettings, PrescalerModel
@@ -113,7 +114,7 @@ def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expre
         source=SourceSpec(kind="forecast", config=None, common=CommonSourceSettings(interval=refit),
                           raw={"forecast": {"model": "auto", "quantile": quantile}}),
         metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),))
-    model = PrescalerModel([VirtualMetric(name="rps-forecast", metric_name="rps-forecast", lead_time=LEAD)],
+    model = PrescalerModel([VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
                            [vme], trace=trace, forecast=settings)
     began = time.perf_counter()
     result = run_scenario(scenario, prescaler=model)

@@ -34,6 +34,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # keep pytest output clean
         pass
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # a client that gave up (size limit, timeout) between two keep-alive requests
+
     def do_GET(self) -> None:
         state: LocalServer = self.server.state  # type: ignore[attr-defined]
         parts = urlsplit(self.path)

@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from fakekube import FakeKube, ResourceType
 
+from adapter.policy import MetricPolicy
 from adapter.resources import parse_virtual_metric
 from adapter.sim.hpa_spec import parse_hpa
 from adapter.sim.scenario import parse_scenario
@@ -161,8 +162,8 @@ def test_auto_lead_times_per_virtual_metric_from_its_targets(kube):
                 "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
     for i, startup in enumerate([100, 110, 120, 130]):
         add_pod(kube, f"web-{i}", startup)
-    auto = VirtualMetric(name="rps", metric_name="rps", lead_time=FALLBACK_LEAD, lead_time_auto=True)
-    fixed = VirtualMetric(name="queue", metric_name="queue", lead_time=60.0)
+    auto = VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=FALLBACK_LEAD), lead_time_auto=True)
+    fixed = VirtualMetric(name="queue", metric_name="queue", policy=MetricPolicy(lead_time=60.0))
     source = SourceSpec(kind="api", config=None, common=CommonSourceSettings(), raw={})
     events = [VirtualMetricEvent(name="launch", source=source, metrics=(
         MetricEntry("rps", ResourceRef("shop", "web"), "audience"),
@@ -249,7 +250,7 @@ def test_ramp_comes_from_the_hpa_that_scales_the_target(kube):
     from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
     from adapter.sources.base import CommonSourceSettings
 
-    vm = VirtualMetric(name="rps", metric_name="rps", lead_time=FALLBACK_LEAD, lead_time_auto=True)
+    vm = VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=FALLBACK_LEAD), lead_time_auto=True)
     vme = VirtualMetricEvent(name="e", source=SourceSpec(kind="api", config=None, common=CommonSourceSettings(),
                                                          raw={}),
                              metrics=(MetricEntry("rps", ResourceRef("shop", "web"), "n"),))

@@ -14,11 +14,13 @@ from adapter.pipeline.contributions import EntryPlan, Key
 from adapter.pipeline.incremental import update_targets
 from adapter.pipeline.publish import EventFeed, Published, build_published
 from adapter.pipeline.query import Values, query
+from adapter.policy import MetricPolicy
 from adapter.resources import VirtualMetric
 from tests.helpers import NOW, entry, loaded_engine, metric, run, schedule_event, settle
 
-METRICS = {"rps": VirtualMetric(name="rps", metric_name="rps", lead_time=60.0, hold_time=5.0),
-           "jobs": VirtualMetric(name="jobs", metric_name="jobs", merge_strategy="Max", default_value=3.0)}
+METRICS = {"rps": VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=60.0, hold_time=5.0)),
+           "jobs": VirtualMetric(name="jobs", metric_name="jobs",
+                                 policy=MetricPolicy(merge_strategy="Max", default_value=3.0))}
 NAMESPACES = ("a", "b")
 RESOURCES = tuple(f"svc-{i}" for i in range(12))
 ONE = compile_expression("1")

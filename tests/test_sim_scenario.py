@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from adapter.errors import ValidationError
+from adapter.policy import MetricPolicy
 from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
 from adapter.sim.cli import add_parsers
 from adapter.sim.engine import RunResult, run_scenario, summarize
@@ -175,7 +176,7 @@ def test_forecast_snapshots_cover_the_next_bins_after_the_history() -> None:
 
 def test_forecast_vme_feeds_the_timeline() -> None:
     trace = daily_trace()
-    vm = VirtualMetric(name="campaign", metric_name="campaign", lead_time=300.0)
+    vm = VirtualMetric(name="campaign", metric_name="campaign", policy=MetricPolicy(lead_time=300.0))
     vme = VirtualMetricEvent(
         name="fc", source=SourceSpec(kind="forecast", config=None, common=CommonSourceSettings(),
                                      raw={"forecast": {"model": "seasonalNaive"}}),

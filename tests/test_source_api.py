@@ -10,7 +10,8 @@ from source_http_fixture import start_server, stream_bytes
 
 from adapter.errors import SourceError, ValidationError
 from adapter.sources.api import MAX_ITEMS, ApiSource, parse_items_document
-from adapter.sources.base import CommonSourceSettings, SourceContext
+from adapter.sources.base import CommonSourceSettings, FetchResult, SourceContext
+from adapter.sources.runner import SourceRunner
 
 T0 = 1_700_545_800
 
@@ -27,7 +28,7 @@ def make_source(block: dict, context: SourceContext | None = None, timeout: floa
     return ApiSource(config, CommonSourceSettings(interval=30, timeout=timeout), context or SourceContext())
 
 
-def fetch(source: ApiSource):
+def fetch_result(source: ApiSource) -> FetchResult:
     async def run():
         try:
             return await source.fetch(T0)
@@ -35,6 +36,10 @@ def fetch(source: ApiSource):
             await source.close()
 
     return asyncio.run(run())
+
+
+def fetch(source: ApiSource) -> list:
+    return list(fetch_result(source).items)
 
 
 def serve_json(server, path: str, document) -> str:
@@ -60,8 +65,18 @@ def test_duplicate_ids_count_once_last_wins(server):
         {"start": T0, "end": T0 + 60, "values": {"n": 2}, "id": "batch-1"},
         {"start": T0, "end": T0 + 60, "values": {"n": 3}, "id": 7},
     ]})
-    items = fetch(make_source({"url": url}))
-    assert [(i.id, i.values["n"]) for i in items] == [("batch-1", 2.0), ("7", 3.0)]
+    # The runner dedupes every snapshot once, whatever the kind.
+    snapshots: list = []
+
+    async def run():
+        runner = SourceRunner("vme", make_source({"url": url}), lambda _name, items: snapshots.append(items))
+        try:
+            assert await runner.fetch_once()
+        finally:
+            await runner.stop()
+
+    asyncio.run(run())
+    assert [(i.id, i.values["n"]) for i in snapshots[0]] == [("batch-1", 2.0), ("7", 3.0)]
 
 
 def test_secret_header_is_sent(server):
@@ -83,10 +98,11 @@ def test_invalid_items_are_skipped_and_reported(server):
         "not an object",
     ]})
     source = make_source({"url": url})
-    items = fetch(source)
+    result = fetch_result(source)
+    items = result.items
     assert len(items) == 1 and items[0].values == {"n": 1.0}
-    assert source.last_skipped == 4
-    joined = "\n".join(source.last_warnings)
+    assert len(result.warnings) == 4
+    joined = "\n".join(result.warnings)
     assert "items[1]: start" in joined and "items[2].start" in joined
     assert "items[3].values.n" in joined and "items[4]: expected an object" in joined
 
@@ -95,20 +111,19 @@ def test_nan_literal_in_values_is_rejected_per_item():
     window = f'"start": {T0}, "end": {T0 + 1}'
     body = (f'{{"items": [{{{window}, "values": {{"n": NaN}}}}, {{{window}, "values": {{"n": Infinity}}}},'
             f' {{{window}, "values": {{"n": 2}}}}]}}').encode()
-    items, warnings, skipped = parse_items_document(body, "u")
-    assert [i.values["n"] for i in items] == [2.0]
-    assert skipped == 2 and all("not a finite number" in w for w in warnings)
+    result = parse_items_document(body, "u")
+    assert [i.values["n"] for i in result.items] == [2.0]
+    assert len(result.warnings) == 2 and all("not a finite number" in w for w in result.warnings)
 
 
 def test_huge_integer_literal_is_an_item_error_not_a_crash():
     window = f'"start": {T0}, "end": {T0 + 1}'
     body = f'{{"items": [{{{window}, "values": {{"n": {"9" * 5000}}}}}, {{{window}}}]}}'.encode()
-    items, warnings, skipped = parse_items_document(body, "u")
+    result = parse_items_document(body, "u")
     # 5000 digits overflow a float: not finite, reported for that one value.
-    assert len(items) == 1 and skipped == 1 and warnings[0] == "items[0].values.n: not a finite number"
+    assert len(result.items) == 1 and list(result.warnings) == ["items[0].values.n: not a finite number"]
     forty_digits = body.replace(b"9" * 5000, b"9" * 40)
-    _, warnings, _ = parse_items_document(forty_digits, "u")
-    assert "outside" in warnings[0]
+    assert "outside" in parse_items_document(forty_digits, "u").warnings[0]
 
 
 @pytest.mark.parametrize("body,message", [
@@ -133,8 +148,8 @@ def test_all_items_invalid_fails_the_fetch():
 
 
 def test_empty_items_is_a_valid_empty_snapshot():
-    assert parse_items_document(b'{"items": []}', "u") == ([], [], 0)
-    assert parse_items_document(b'{"items": null}', "u") == ([], [], 0)
+    assert parse_items_document(b'{"items": []}', "u") == FetchResult(items=[])
+    assert parse_items_document(b'{"items": null}', "u") == FetchResult(items=[])
 
 
 def test_too_many_items_fails():

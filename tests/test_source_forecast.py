@@ -46,20 +46,21 @@ def forecast(block: dict, now: float = NOW):
         finally:
             await source.close()
 
-    return asyncio.run(go()), source
+    result = asyncio.run(go())
+    return list(result.items), result
 
 
 def test_csv_history_gives_contiguous_future_items(server):
     times, values = sine_history()
     csv = "timestamp,value\n" + "\n".join(f"{t:.0f},{v:.6f}" for t, v in zip(times, values))
     server.routes["/h.csv"] = (200, "text/csv", csv.encode())
-    items, source = forecast({"history": {"api": {"url": server.base_url + "/h.csv"}}, "horizon": "1h"}, NOW + 10)
+    items, result = forecast({"history": {"api": {"url": server.base_url + "/h.csv"}}, "horizon": "1h"}, NOW + 10)
     assert len(items) == 12 and items[0].start == NOW + 10 and items[0].end == NOW + 600
     assert all(b.start == a.end and b.end - b.start == STEP for a, b in itertools.pairwise(items))
     assert items[0].labels == {}
     truth = 100 + 50 * np.sin(2 * math.pi * np.array([i.end - STEP for i in items]) / 86400)
     assert np.max(np.abs(np.array([i.values["forecast"] for i in items]) - truth)) < 5.0
-    assert source.last_model_note.startswith("{} ")
+    assert result.note.startswith("{} ")
 
 
 def test_json_history_with_labels_and_gaps(server):
@@ -91,12 +92,12 @@ def test_output_step_coarser_than_history_aggregates(server):
 
 
 @pytest.mark.parametrize("body,message", [
-    (b"<html>", r"no `timestamp,value` rows \(first line '<html>'\)"),
+    (b"<html>", r"not JSON or `timestamp,value` CSV: line 1: expected 2 columns"),
     (b'{"history": [[1, true]]}', r"number pairs"),
     (b'{"history": "yesterday"}', r"expected JSON \{\"history\""),
     (b'{"history": [[1, 2, 3]]}', r"\[timestamp, value\] pairs"),
     (b'{"history": [[1, "x"]]}', r"number pairs"),
-    (b"timestamp,value\n1700000000,1\nnot,a,row\n", r"line 3 is not `timestamp,value`"),
+    (b"timestamp,value\n1700000000,1\nnot,a,row\n", r"line 3: timestamp 'not' is neither"),
 ])
 def test_junk_history_documents(server, body, message):
     server.routes["/h"] = (200, "text/plain", body)
@@ -204,7 +205,7 @@ def test_fetch_deadline_leaves_room_for_the_fit():
                                                                      "step": "15s", "length": "7d"}}}, PATH)
     source = ForecastSource(config, CommonSourceSettings(interval=300, timeout=5), SourceContext())
     # 7d at 15s = 40,320 points: five range requests of at most 10,000 points, plus the fit budget.
-    assert source.fetch_deadline == 5 * 5 + 300
+    assert source.fetch_deadline() == 5 * 5 + 300
 
 
 def test_fit_runs_off_the_event_loop(server, monkeypatch):
@@ -212,11 +213,11 @@ def test_fit_runs_off_the_event_loop(server, monkeypatch):
     send while the fit is in progress. On the loop thread this would deadlock (and fail after 5 s)."""
     import threading
 
-    import adapter.forecast
+    import adapter.sources.forecast
 
     times, values = sine_history(days=1)
     server.routes["/h"] = (200, "application/json", json.dumps({"history": np.c_[times, values].tolist()}).encode())
-    real = adapter.forecast.fit_predict_many
+    real = adapter.sources.forecast.fit_predict_many
     fitting, released = threading.Event(), threading.Event()
 
     def slow_fit(*args, **kwargs):
@@ -224,7 +225,7 @@ def test_fit_runs_off_the_event_loop(server, monkeypatch):
         released.wait(timeout=5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(adapter.forecast, "fit_predict_many", slow_fit)
+    monkeypatch.setattr(adapter.sources.forecast, "fit_predict_many", slow_fit)
     source = ForecastSource(ForecastSource.parse_config({"history": {"api": {"url": server.base_url + "/h"}}}, PATH),
                             CommonSourceSettings(interval=300, timeout=5), SourceContext())
 
@@ -235,8 +236,8 @@ def test_fit_runs_off_the_event_loop(server, monkeypatch):
             released.set()  # reached only if the loop keeps running during the fit
 
         try:
-            items, _ = await asyncio.gather(source.fetch(NOW), releaser())
-            return items
+            result, _ = await asyncio.gather(source.fetch(NOW), releaser())
+            return result.items
         finally:
             await source.close()
 

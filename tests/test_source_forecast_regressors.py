@@ -62,7 +62,7 @@ def fetch(config_block: dict):
         finally:
             await source.close()
 
-    return asyncio.run(go()), source
+    return list(asyncio.run(go()).items), source
 
 
 def test_announced_event_lifts_the_forecast_by_the_learnt_effect(server):

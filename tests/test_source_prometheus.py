@@ -43,7 +43,7 @@ def prometheus_source(block: dict, interval: float = 30.0, context: SourceContex
     return PrometheusSource(config, CommonSourceSettings(interval=interval, timeout=5.0), context or SourceContext())
 
 
-def fetch(source, now: float):
+def fetch_result(source, now: float):
     async def go():
         try:
             return await source.fetch(now)
@@ -51,6 +51,10 @@ def fetch(source, now: float):
             await source.close()
 
     return run(go)
+
+
+def fetch(source, now: float):
+    return list(fetch_result(source, now).items)
 
 
 # ---------------------------------------------------------------- against the real server
@@ -81,9 +85,10 @@ def test_aggregation_query_and_scalar(prom):
 
 def test_nan_samples_are_skipped_with_warning(prom):
     source = prometheus_source({"url": prom.url, "query": 'prescaler_test_requests / 0 * 0'})
-    items = fetch(source, time.time())
+    result = fetch_result(source, time.time())
+    items = result.items
     assert items == []
-    assert len(source.last_warnings) == 2 and all("skipped sample nan" in w for w in source.last_warnings)
+    assert len(result.warnings) == 2 and all("skipped sample nan" in w for w in result.warnings)
 
 
 def test_bad_promql_gives_prometheus_error_text(prom):
@@ -147,8 +152,9 @@ def test_forecast_end_to_end_against_prometheus(prom):
              "horizon": "2h", "model": "auto", "quantile": 0.9}
     source = ForecastSource(ForecastSource.parse_config(block, "spec.source.forecast"),
                             CommonSourceSettings(interval=300, timeout=10), SourceContext())
-    items = fetch(source, now)
-    assert source.last_model_note and source.last_warnings == []
+    result = fetch_result(source, now)
+    items = result.items
+    assert result.note and list(result.warnings) == []
     for service, base in (("service-a", 100.0), ("service-b", 10.0)):
         mine = sorted((i for i in items if i.labels.get("service") == service), key=lambda i: i.start)
         assert len(mine) == 24  # 2h of 5m steps
@@ -214,9 +220,9 @@ def test_auth_headers_and_query_parameters(tmp_path):
     try:
         source = prometheus_source({"url": state.base_url, "query": 'sum(rate(x{a="b"}[5m]))',
                                     "auth": {"bearerTokenFile": str(token_file)}})
-        items = fetch(source, 1_000_000_000.5)
-        assert [(i.labels, i.values) for i in items] == [({"service": "b"}, {"value": 2.5})]
-        assert source.last_warnings == ['series {service="a"}: skipped sample inf']
+        result = fetch_result(source, 1_000_000_000.5)
+        assert [(i.labels, i.values) for i in result.items] == [({"service": "b"}, {"value": 2.5})]
+        assert list(result.warnings) == ['series {service="a"}: skipped sample inf']
         request = state.requests[-1]
         assert request["headers"]["Authorization"] == "Bearer file-token"
         assert "query=sum%28rate%28x%7Ba%3D%22b%22%7D%5B5m%5D%29%29" in request["query"]

@@ -26,7 +26,7 @@ def utc(*args: int) -> float:
 def expand(block: dict, now: float):
     source = ScheduleSource(ScheduleSource.parse_config(block, PATH), CommonSourceSettings(interval=60),
                             SourceContext())
-    return asyncio.run(source.fetch(now))
+    return list(asyncio.run(source.fetch(now)).items)
 
 
 def windows_of(items, index=None):

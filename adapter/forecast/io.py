@@ -1,18 +1,17 @@
 """Read a `timestamp,value` CSV into an equally spaced series (missing grid points become NaN).
 
-Timestamps may be Unix seconds (integer or float) or ISO 8601 (`2024-01-01T00:00:00Z`). The step
+The rows are read by adapter.tscsv (Unix seconds or ISO 8601 timestamps, gaps as NaN). The step
 is the most common difference between consecutive timestamps; points that fall off that grid are
 rejected rather than silently moved, because a wrong step would make every season wrong.
 """
 
 from __future__ import annotations
 
-import csv
-import math
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+
+from adapter.tscsv import CsvSeriesError, read_timestamp_value_csv
 
 MAX_GRID_POINTS = 10_000_000
 
@@ -23,11 +22,9 @@ class SeriesError(ValueError):
 
 def read_series(path: str | Path) -> tuple[np.ndarray, np.ndarray, float]:
     """Return (timestamps in Unix seconds, values with NaN for gaps, step in seconds)."""
-    stamps, values = _read_rows(Path(path))
-    if len(stamps) < 2:
-        raise SeriesError(f"{path}: need at least 2 data rows to know the step, got {len(stamps)}")
-    ts = np.asarray(stamps, dtype=float)
-    vs = np.asarray(values, dtype=float)
+    ts, vs = _read_rows(Path(path))
+    if len(ts) < 2:
+        raise SeriesError(f"{path}: need at least 2 data rows to know the step, got {len(ts)}")
     diffs = np.diff(ts)
     bad = np.flatnonzero(diffs <= 0)
     if len(bad):
@@ -52,7 +49,7 @@ def read_series(path: str | Path) -> tuple[np.ndarray, np.ndarray, float]:
     return timestamps, full, step
 
 
-def _read_rows(path: Path) -> tuple[list[float], list[float]]:
+def _read_rows(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -63,68 +60,8 @@ def _read_rows(path: Path) -> tuple[list[float], list[float]]:
         raise SeriesError(f"{path}: not a text CSV file (cannot decode as UTF-8)") from None
     except OSError as exc:
         raise SeriesError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    reader = csv.reader(text.splitlines())
-    stamps: list[float] = []
-    values: list[float] = []
-    header_seen = False
-    for line_no, row in enumerate(reader, start=1):
-        if not row or all(not cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
-            continue
-        if len(row) < 2:
-            raise SeriesError(f"{path}: line {line_no}: expected 2 columns timestamp,value, got {row!r}")
-        first, second = row[0].strip(), row[1].strip()
-        if not header_seen:
-            header_seen = True
-            if not _looks_numeric_or_date(first):
-                continue  # a header such as timestamp,value
-        stamps.append(_parse_timestamp(first, path, line_no))
-        values.append(_parse_value(second, path, line_no))
-    if not stamps:
-        raise SeriesError(f"{path}: no data rows (expected CSV with header timestamp,value)")
-    return stamps, values
-
-
-def _looks_numeric_or_date(text: str) -> bool:
     try:
-        float(text)
-        return True
-    except ValueError:
-        pass
-    try:
-        _parse_iso(text)
-        return True
-    except ValueError:
-        return False
-
-
-def _parse_timestamp(text: str, path: Path, line_no: int) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            return _parse_iso(text)
-        except ValueError:
-            raise SeriesError(f"{path}: line {line_no}: timestamp {text!r} is neither Unix seconds "
-                              "nor an ISO 8601 date-time") from None
-    if not math.isfinite(value):
-        raise SeriesError(f"{path}: line {line_no}: timestamp {text!r} is not finite")
-    return value
-
-
-def _parse_iso(text: str) -> float:
-    stamp = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
-
-
-def _parse_value(text: str, path: Path, line_no: int) -> float:
-    if text == "" or text.lower() in ("nan", "null", "none", "na"):
-        return math.nan  # an explicit gap
-    try:
-        value = float(text)
-    except ValueError:
-        raise SeriesError(f"{path}: line {line_no}: value {text!r} is not a number") from None
-    if math.isinf(value):
-        raise SeriesError(f"{path}: line {line_no}: value {text!r} is not finite")
-    return value
+        series = read_timestamp_value_csv(text)
+    except CsvSeriesError as exc:
+        raise SeriesError(f"{path}: {exc}") from None
+    return series.timestamps, series.values

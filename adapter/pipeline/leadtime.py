@@ -4,7 +4,6 @@ and the status that explains it."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -29,6 +28,6 @@ def apply_learned_leads(metric_states: Iterable[MetricState], learner: LeadTimes
         if vm is not None and vm.lead_time_auto:
             lead = learner.lead_time(vm)
             if vm.lead_time != lead:
-                state.metric = dataclasses.replace(vm, lead_time=lead)
+                state.metric = vm.with_lead_time(lead)
                 changed = True
     return changed

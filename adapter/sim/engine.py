@@ -243,7 +243,7 @@ def _source_parsers() -> dict[str, Any]:
     """The real config parsers where the kind is importable; in the simulator `api`/`prometheus`
     are replayed from recorded responses and `forecast` reads the trace, so a lenient parser keeps a
     scenario usable even when that kind's module is not part of this build."""
-    from adapter.resources import SOURCE_KINDS
+    from adapter.sources.registry import KINDS as SOURCE_KINDS
     from adapter.sources.registry import config_parsers, source_class
 
     real = config_parsers()

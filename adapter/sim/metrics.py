@@ -262,7 +262,7 @@ class PrescalerModel:
             t = lo
             while t <= hi:
                 now[0] = t
-                snaps.add(t, loop.run_until_complete(source.fetch(t)))
+                snaps.add(t, list(loop.run_until_complete(source.fetch(t)).items))
                 t += interval
             loop.run_until_complete(source.close())
         finally:

@@ -7,13 +7,13 @@ and keeps bin totals; `linear` joins bin starts with straight lines. Demand outs
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from adapter.errors import ValidationError
+from adapter.tscsv import CsvSeriesError, read_timestamp_value_csv
 
 INTERPOLATIONS = ("step", "linear")
 MAX_TRACE_ROWS = 5_000_000
@@ -67,26 +67,16 @@ def trace_from_arrays(timestamps: np.ndarray, values: np.ndarray, where: str = "
 
 
 def load_trace(path: Path, where: str = "traffic.file") -> Trace:
-    """Read a `timestamp,value` CSV; errors say which file and row."""
+    """Read a `timestamp,value` CSV (adapter.tscsv); errors say which file and line."""
     try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise ValidationError(where, f"cannot read {path}: {exc.strerror or exc}") from None
-    stamps: list[float] = []
-    values: list[float] = []
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:2]] != ["timestamp", "value"]:
-            raise ValidationError(where, f"{path}: expected the header 'timestamp,value'")
-        for number, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(stamps) >= MAX_TRACE_ROWS:
-                raise ValidationError(where, f"{path}: more than {MAX_TRACE_ROWS} rows")
-            try:
-                stamps.append(float(row[0]))
-                values.append(float(row[1]))
-            except (ValueError, IndexError):
-                raise ValidationError(where, f"{path}: row {number}: expected two numbers, got {row!r}") from None
-    return trace_from_arrays(np.array(stamps), np.array(values), f"{where} ({path})")
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValidationError(where, f"cannot read {path}: {reason}") from None
+    try:
+        series = read_timestamp_value_csv(text, max_rows=MAX_TRACE_ROWS)
+    except CsvSeriesError as exc:
+        raise ValidationError(where, f"{path}: {exc}") from None
+    if series.header is None or series.header[:2] != ("timestamp", "value"):
+        raise ValidationError(where, f"{path}: expected the header 'timestamp,value'")
+    return trace_from_arrays(series.timestamps, series.values, f"{where} ({path})")

@@ -1,4 +1,4 @@
-"""`forecast` source: history (Prometheus range query or an HTTP endpoint) plus a model (DESIGN §7).
+"""`forecast` source: history (Prometheus range query or an HTTP endpoint) plus a model.
 
     forecast:
       history:
@@ -33,20 +33,23 @@ import numpy as np
 
 from adapter.durations import DurationError, parse_duration
 from adapter.errors import SourceError, ValidationError
+from adapter.fields import expect_mapping, read_duration, read_number, read_string, reject_unknown
+from adapter.forecast import MODELS, fit_predict_many
 from adapter.items import MAX_ABS_VALUE, MAX_TIMESTAMP, Item
-from adapter.resources import expect_mapping, read_duration, read_number, read_string, reject_unknown
-from adapter.sources.api import load_json
-from adapter.sources.base import CommonSourceSettings, Source, SourceContext
+from adapter.sources.base import MAX_WARNINGS, CommonSourceSettings, FetchResult, Source, SourceContext
 from adapter.sources.http import (
     HTTP_OPTION_FIELDS,
     HttpClient,
     HttpOptions,
+    HttpResponse,
+    get_document,
     parse_http_options,
-    resolve_headers,
     safe_url,
 )
+from adapter.sources.jsonbody import decode_text, load_json
 from adapter.sources.prometheus import (
     ENDPOINT_FIELDS,
+    MAX_POINTS_PER_QUERY,
     PrometheusClient,
     PrometheusEndpoint,
     Series,
@@ -54,8 +57,8 @@ from adapter.sources.prometheus import (
     parse_query,
     query_range,
 )
+from adapter.tscsv import CsvSeriesError, read_timestamp_value_csv
 
-FALLBACK_MODELS = ("seasonalNaive", "holtWinters", "harmonic", "auto")
 DEFAULT_HISTORY_STEP = 300.0
 DEFAULT_HISTORY_LENGTH = 7 * 86400.0
 MAX_HISTORY_LENGTH = 400 * 86400.0
@@ -63,16 +66,6 @@ MAX_HISTORY_POINTS = 200_000
 MAX_OUTPUT_STEPS = 10_000
 MIN_HISTORY_POINTS = 3
 MAX_NOTE = 2000
-MAX_WARNINGS = 20
-
-
-def _models() -> tuple[str, ...]:
-    try:
-        from adapter.forecast import MODELS
-
-        return tuple(MODELS)
-    except ImportError:  # the model package is optional at parse time; fetch reports it
-        return FALLBACK_MODELS
 
 
 # ---------------------------------------------------------------- durations with days
@@ -134,7 +127,7 @@ def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
     if "history" not in spec:
         raise ValidationError(f"{path}.history", "required: {prometheus: {...}} or {api: {...}}")
     history = _parse_history(spec["history"], f"{path}.history")
-    model = read_string(spec, "model", path, default="auto", choices=_models()) or "auto"
+    model = read_string(spec, "model", path, default="auto", choices=tuple(MODELS)) or "auto"
     season = read_long_duration(spec, "season", path, None, minimum=1.0, maximum=366 * 86400.0)
     horizon = read_long_duration(spec, "horizon", path, 7200.0, minimum=1.0, maximum=31 * 86400.0)
     step = read_long_duration(spec, "step", path, None, minimum=1.0, maximum=7 * 86400.0)
@@ -189,6 +182,11 @@ def _parse_history(raw: Any, path: str) -> PrometheusHistory | ApiHistory:
 # ---------------------------------------------------------------- history documents
 
 
+def _history_response(response: HttpResponse) -> Series:
+    response.check_ok()
+    return parse_history_document(response.body, response.url)
+
+
 def parse_history_document(body: bytes, where: str) -> Series:
     """`timestamp,value` CSV, or JSON {"history": [[ts, value], ...], "labels": {...}?}."""
     text = body.lstrip()
@@ -219,28 +217,10 @@ def parse_history_document(body: bytes, where: str) -> Series:
 
 def _parse_csv(body: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        lines = body.decode("utf-8-sig").splitlines()
-    except UnicodeDecodeError:
-        raise SourceError(f"{where}: history is neither JSON nor UTF-8 CSV text") from None
-    times: list[float] = []
-    values: list[float] = []
-    for number, line in enumerate(lines, start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split(",")
-        try:
-            if len(fields) != 2:
-                raise ValueError
-            times.append(float(fields[0]))
-            values.append(float(fields[1]) if fields[1].strip() else math.nan)  # empty value = gap
-        except ValueError:
-            if number == 1 or (not times and not values):
-                continue  # a header line such as "timestamp,value"
-            raise SourceError(f"{where}: line {number} is not `timestamp,value`: {line[:60]!r}") from None
-    if not times and any(line.strip() for line in lines):
-        raise SourceError(f"{where}: no `timestamp,value` rows (first line {lines[0][:60]!r})")
-    return np.array(times, dtype=float), np.array(values, dtype=float)
+        series = read_timestamp_value_csv(decode_text(body, where))
+    except CsvSeriesError as exc:
+        raise SourceError(f"{where}: history is not JSON or `timestamp,value` CSV: {exc}") from None
+    return series.timestamps, series.values
 
 
 def regularize(timestamps: np.ndarray, values: np.ndarray, step: float, since: float | None) -> tuple[float, np.ndarray]:
@@ -280,14 +260,14 @@ def infer_step(timestamps: np.ndarray) -> float:
 # ---------------------------------------------------------------- the source
 
 
-class ForecastSource(Source):
+class ForecastSource(Source[ForecastConfig]):
     kind = "forecast"
     default_interval = 300.0  # a refit every 5 minutes
 
     @classmethod
-    def value_names(cls, config: Any) -> frozenset[str]:
+    def value_names(cls, config: ForecastConfig) -> frozenset[str]:
         """Every forecast item carries exactly these values; expressions are checked against them."""
-        extra = {"baseline", "events"} if getattr(config, "regressors", ()) else set()
+        extra = {"baseline", "events"} if config.regressors else set()
         return frozenset({"forecast", "lower", "upper"} | extra)
 
     def __init__(self, config: ForecastConfig, common: CommonSourceSettings, context: SourceContext):
@@ -300,8 +280,6 @@ class ForecastSource(Source):
             self._prometheus = None
             allow = history.http.allow_link_local or context.allow_private_networks
             self._http = HttpClient(history.http.tls, allow_link_local=allow)
-        self.last_model_note: str = ""
-        self.last_warnings: list[str] = []
         # Fitted effect of each announced regressor, per series (for the VirtualMetricEvent status).
         self.last_effects: list[dict[str, Any]] = []
         self._regressors: Any = None
@@ -313,15 +291,12 @@ class ForecastSource(Source):
                 config.regressors, lambda h: ForecastSource(ForecastConfig(h, "auto", None, 3600.0, None, 0.9),
                                                             common, context), common, context)
 
-    @property
     def fetch_deadline(self) -> float:
         """Seconds a whole fetch may take: the HTTP timeout covers only the download, the fit
         needs its own budget (about 0.2 s per series for 14 days at 5m on one core, less batched)."""
         history = self.config.history
         requests = 1
         if isinstance(history, PrometheusHistory):
-            from adapter.sources.prometheus import MAX_POINTS_PER_QUERY
-
             requests = math.ceil(history.length / history.step / MAX_POINTS_PER_QUERY)
         return self.common.timeout * requests + max(60.0, min(self.common.interval, 600.0))
 
@@ -331,8 +306,8 @@ class ForecastSource(Source):
 
     def describe(self) -> str:
         history = self.config.history
-        where = (self._prometheus.describe() if self._prometheus is not None
-                 else f"api {safe_url(history.http.url)}")
+        where = (f"api {safe_url(history.http.url)}" if isinstance(history, ApiHistory)
+                 else f"prometheus {safe_url(history.endpoint.http.url)}")
         return f"forecast {self.config.model} from {where}"
 
     async def _history(self, now: float) -> tuple[list[Series], float]:
@@ -346,22 +321,15 @@ class ForecastSource(Source):
             series = await query_range(self._prometheus, history.query, end - history.length, end, history.step)
             return series, history.step
         assert self._http is not None
-        response = await self._http.get(history.http.url, timeout=self.common.timeout,
-                                        max_bytes=history.http.max_response_bytes,
-                                        headers=resolve_headers(history.http.headers, self.context))
-        response.check_ok()
-        labels, timestamps, values = parse_history_document(response.body, response.url)
+        labels, timestamps, values = await get_document(self._http, history.http, self.context,
+                                                        timeout=self.common.timeout, parse=_history_response)
         if history.length is not None:
             keep = timestamps >= now - history.length
             timestamps, values = timestamps[keep], values[keep]
         step = history.step or infer_step(timestamps)
         return [(labels, timestamps, values)], step
 
-    async def fetch(self, now: float) -> list[Item]:
-        try:
-            from adapter.forecast import fit_predict_many
-        except ImportError as exc:
-            raise SourceError(f"forecast models are not available: {exc}") from None
+    async def fetch(self, now: float) -> FetchResult:
         series, history_step = await self._history(now)
         if self._regressors is not None:
             self._regressor_data = await self._regressors.fetch(now)
@@ -370,11 +338,9 @@ class ForecastSource(Source):
         step = self.config.step or history_step
         # The fit is CPU work (backtests over weeks of points): keep the event loop free.
         items, notes, warnings = await asyncio.to_thread(self._forecast_all, fit_predict_many, series, step, now)
-        self.last_model_note = "; ".join(notes)[:MAX_NOTE]
-        self.last_warnings = warnings[:MAX_WARNINGS]
         if not items and warnings:
             raise SourceError(f"no series could be forecast: {warnings[0]}")
-        return items
+        return FetchResult(items=items, warnings=warnings[:MAX_WARNINGS], note="; ".join(notes)[:MAX_NOTE])
 
     def _forecast_all(self, fit_many: Any, series: list[Series], step: float,
                       now: float) -> tuple[list[Item], list[str], list[str]]:
@@ -483,6 +449,10 @@ def _items_for(labels: Mapping[str, str], last: float, step: float, now: float, 
         first = items[0]
         items[0] = Item(start=now, end=first.end, values=first.values, labels=first.labels)
     return items
+
+
+# The simulator builds its forecast items with the same rules.
+forecast_items = _items_for
 
 
 # The simulator builds its forecast items with the same rules.

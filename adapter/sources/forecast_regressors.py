@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from adapter.errors import SourceError, ValidationError
+from adapter.fields import expect_mapping, read_string, reject_unknown
 from adapter.items import Item
-from adapter.resources import expect_mapping, read_string, reject_unknown
 from adapter.sources.base import CommonSourceSettings, Source, SourceContext
 
 FUTURE_KINDS = ("api", "schedule")
@@ -157,7 +157,7 @@ class RegressorReader:
                 stamps, values = np.empty(0), np.empty(0)
             history.append((stamps, values))
             try:
-                future.append(list(await source.fetch(now)))
+                future.append(list((await source.fetch(now)).items))
             except SourceError as exc:
                 raise SourceError(f"regressor {r.name}: future: {exc}") from None
         return RegressorData(tuple(r.name for r in self.regressors), history, future,

@@ -1,12 +1,20 @@
-"""Safe async HTTP GET shared by the `api`, `prometheus` and `forecast` sources (DESIGN §6).
+"""Safe async HTTP GET shared by the `api`, `prometheus` and `forecast` sources (rules in docs/failure-rules.md).
 
 What "safe" means here:
 - one overall deadline per request (a server that drips one byte a second cannot hold a fetch open);
-- a response-size limit enforced while streaming, so a 100 MB body is never read into memory;
+- a response-size limit enforced while streaming, on the bytes received *and* on the bytes each
+  content-coding layer produces (counted as they are produced), so neither a 100 MB body nor a
+  2 KB `gzip, gzip` bomb that inflates to 1 GiB is ever held in memory; codings other than gzip and
+  deflate are refused;
+- one connection pool per event loop and TLS setting, shared by every source, with a bound on the
+  requests in flight, so a thousand sources do not open a thousand pools;
 - TLS verified by default, with an optional CA (inline PEM `caBundle` and/or `caFile`) or an explicit
   `insecureSkipVerify`;
 - link-local (169.254.0.0/16, fe80::/10) and cloud metadata addresses are refused *after* DNS
-  resolution, at connect time, unless explicitly allowed. The check runs inside the connection
+  resolution, at connect time, unless explicitly allowed, also when written in IPv6 forms that
+  embed them (::ffff:a.b.c.d, ::a.b.c.d, 64:ff9b::/96 NAT64, 2002::/16 6to4); a URL whose host is
+  a numeric IPv4 form other than dotted decimal (octal 0251.0376.0251.0376, hex, one integer) is
+  refused at load. The check runs inside the connection
   backend and we connect to the very address we checked, so DNS rebinding cannot slip past it.
   Loopback and private ranges stay allowed: in-cluster services live there.
 - error messages name the URL without query string or credentials, never header values.
@@ -19,17 +27,22 @@ import ipaddress
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import weakref
+import zlib
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpcore
 import httpx
 
 from adapter.errors import SourceError, ValidationError
-from adapter.resources import expect_mapping, read_bool, read_number, read_string, reject_unknown
+from adapter.fields import expect_mapping, read_bool, read_number, read_string, reject_unknown
 from adapter.sources.base import SourceContext
+from adapter.sources.work import off_loop
+
+T = TypeVar("T")
 
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 MAX_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
@@ -44,6 +57,20 @@ METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
 ))
 _LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
 _LINK_LOCAL_V6 = ipaddress.ip_network("fe80::/10")
+# IPv6 prefixes whose last 32 bits are an IPv4 address the packet ends up at: the deprecated
+# IPv4-compatible form (::a.b.c.d) and NAT64 (RFC 6052 well-known prefix, RFC 8215 local-use prefix).
+_EMBEDS_V4_LOW32 = (ipaddress.ip_network("::/96"), ipaddress.ip_network("64:ff9b::/96"),
+                    ipaddress.ip_network("64:ff9b:1::/48"))
+# A host made only of digits, dots and hex digits after 0x: some IPv4 number that is not dotted
+# decimal (getaddrinfo reads "0251.0376.0251.0376" as octal, "2852039166" as one integer).
+_NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*\.?$", re.IGNORECASE)
+
+# How many requests all sources of one event loop may have in flight; more wait their turn.
+MAX_CONCURRENT_REQUESTS = 64
+# Content codings we decode; we ask for nothing else (Accept-Encoding) and refuse anything else.
+_CODINGS = ("gzip", "x-gzip", "deflate")
+MAX_CODING_LAYERS = 2
+_PIECE = 64 * 1024  # decoded bytes produced per step, so memory stays bounded while inflating
 
 # RFC 7230 token: what a header name may contain.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$")
@@ -125,6 +152,23 @@ def check_url(url: str, path: str) -> None:
         raise ValidationError(path, "credentials in the URL are not allowed; use headers or auth")
     if any(ch.isspace() for ch in url):
         raise ValidationError(path, "URL contains whitespace")
+    host = parts.hostname
+    if _NUMERIC_HOST.match(host) and not _is_dotted_decimal(host):
+        # Resolvers disagree on these (octal, hex, one integer); they mostly hide a metadata address.
+        raise ValidationError(path, f"host {host!r} is a numeric IPv4 form other than dotted decimal "
+                              "(a.b.c.d); write the address in dotted decimal")
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValidationError(path, f"invalid URL: {exc}") from None
+
+
+def _is_dotted_decimal(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_secret_key_ref(raw: Any, path: str) -> SecretKeyRef:
@@ -271,12 +315,27 @@ def forbidden_reason(address: str) -> str | None:
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
     except ValueError:
         return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # ::ffff:169.254.169.254 is the same host
     if ip in METADATA_ADDRESSES:
         return "a cloud metadata address"
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            reason = forbidden_reason(str(embedded))
+            if reason:
+                return f"{reason} ({embedded}) in IPv6 form"
     if ip in _LINK_LOCAL_V4 or ip in _LINK_LOCAL_V6:
         return "a link-local address"
+    return None
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, compatible, NAT64, 6to4), if any."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # ::ffff:169.254.169.254 is the same host
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if int(ip) > 1 and any(ip in net for net in _EMBEDS_V4_LOW32):  # not :: or ::1
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return None
 
 
@@ -348,11 +407,59 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
         super().__init__(verify=ssl_context, trust_env=False)
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context,
-            max_connections=10,
-            max_keepalive_connections=2,
+            max_connections=MAX_CONCURRENT_REQUESTS,
+            max_keepalive_connections=MAX_CONCURRENT_REQUESTS // 2,
             keepalive_expiry=30.0,
             network_backend=_GuardedBackend(allow_link_local, resolver),
         )
+
+
+@dataclass(frozen=True)
+class _PoolKey:
+    tls: TlsConfig
+    allow_link_local: bool
+    resolver: Resolver
+
+
+class _LoopPools:
+    """The shared clients of one event loop (httpx clients belong to the loop that made them)."""
+
+    def __init__(self) -> None:
+        self.clients: dict[_PoolKey, tuple[httpx.AsyncClient, int]] = {}
+        self.gate = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
+
+    def acquire(self, key: _PoolKey) -> httpx.AsyncClient:
+        client, users = self.clients.get(key, (None, 0))
+        if client is None:
+            transport = _GuardedTransport(make_ssl_context(key.tls), key.allow_link_local, key.resolver)
+            # Redirects are not followed: they could move headers/credentials to another origin.
+            client = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+        self.clients[key] = (client, users + 1)
+        return client
+
+    async def release(self, key: _PoolKey) -> None:
+        client, users = self.clients[key]
+        if users > 1:
+            self.clients[key] = (client, users - 1)
+            return
+        del self.clients[key]
+        await client.aclose()
+
+
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPools] = weakref.WeakKeyDictionary()
+
+
+def _loop_pools() -> _LoopPools:
+    loop = asyncio.get_running_loop()
+    pools = _POOLS.get(loop)
+    if pools is None:
+        pools = _POOLS[loop] = _LoopPools()
+    return pools
+
+
+def shared_pool_count() -> int:
+    """Connection pools open on the running loop (for tests and the bench)."""
+    return len(_loop_pools().clients)
 
 
 def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext:
@@ -397,31 +504,29 @@ def _body_excerpt(body: bytes) -> str:
 
 
 class HttpClient:
-    """One per source: keeps connections alive between fetches. Create and use inside the event loop."""
+    """A source's handle on the shared connection pool. Create and use inside the event loop."""
 
     def __init__(self, tls: TlsConfig = TlsConfig(), allow_link_local: bool = False,
                  resolver: Resolver = system_resolver):
-        self._tls = tls
-        self._allow_link_local = allow_link_local
-        self._resolver = resolver
+        self._key = _PoolKey(tls, allow_link_local, resolver)
+        self._pools: _LoopPools | None = None
         self._client: httpx.AsyncClient | None = None
 
-    def _ensure(self) -> httpx.AsyncClient:
-        if self._client is None:
-            transport = _GuardedTransport(make_ssl_context(self._tls), self._allow_link_local, self._resolver)
-            # Redirects are not followed: they could move headers/credentials to another origin.
-            self._client = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
-        return self._client
+    def _ensure(self) -> tuple[_LoopPools, httpx.AsyncClient]:
+        if self._client is None or self._pools is None:
+            self._pools = _loop_pools()
+            self._client = self._pools.acquire(self._key)
+        return self._pools, self._client
 
     async def get(self, url: str, *, timeout: float, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                   headers: Mapping[str, str] | None = None,
                   params: Mapping[str, str] | None = None) -> HttpResponse:
         """GET `url`; the response body is read up to `max_bytes`. Any failure is a SourceError."""
         shown = safe_url(url)
-        client = self._ensure()
+        pools, client = self._ensure()
         try:
-            async with asyncio.timeout(timeout):
-                return await self._get(client, url, shown, timeout, max_bytes, headers, params)
+            async with pools.gate, asyncio.timeout(timeout):
+                return await self._get(client, url, shown, max_bytes, timeout, headers, params)
         except TimeoutError:
             raise SourceError(f"GET {shown}: timed out after {timeout:g}s") from None
         except AddressRefused as exc:
@@ -430,14 +535,17 @@ class HttpClient:
             raise SourceError(f"GET {shown}: timed out after {timeout:g}s") from None
         except httpx.HTTPError as exc:
             raise SourceError(f"GET {shown}: {_describe_http_error(exc)}") from None
+        except httpx.InvalidURL as exc:
+            raise SourceError(f"GET {shown}: invalid URL: {_short(str(exc))}") from None
         except ssl.SSLError as exc:
             raise SourceError(f"GET {shown}: TLS error: {_short(str(exc))}") from None
         except OSError as exc:
             raise SourceError(f"GET {shown}: {exc.strerror or exc}") from None
 
-    async def _get(self, client: httpx.AsyncClient, url: str, shown: str, timeout: float, max_bytes: int,
+    async def _get(self, client: httpx.AsyncClient, url: str, shown: str, max_bytes: int, timeout: float,
                    headers: Mapping[str, str] | None, params: Mapping[str, str] | None) -> HttpResponse:
-        request_headers = {"Accept": "application/json, text/csv;q=0.9, */*;q=0.5"}
+        request_headers = {"Accept": "application/json, text/csv;q=0.9, */*;q=0.5",
+                           "Accept-Encoding": "gzip, deflate"}
         request_headers.update(headers or {})
         async with client.stream("GET", url, headers=request_headers, params=params,
                                  timeout=httpx.Timeout(timeout)) as response:
@@ -445,21 +553,112 @@ class HttpClient:
             if declared is not None and declared.isdigit() and int(declared) > max_bytes:
                 raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes "
                                   f"(Content-Length {declared})")
+            decoder = BoundedDecoder(response.headers.get_list("content-encoding", split_commas=True),
+                                     max_bytes, f"GET {shown}")
             chunks: list[bytes] = []
-            size = 0
-            # aiter_bytes yields *decoded* bytes, so a compressed bomb is caught by the same limit.
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes")
-                chunks.append(chunk)
+            # Raw (still encoded) bytes: httpx would inflate a whole network chunk at once.
+            async for raw in response.aiter_raw():
+                for piece in decoder.feed(raw):
+                    chunks.append(piece)
+                    await asyncio.sleep(0)  # inflating is CPU work: let the loop serve in between
+            decoder.finish()
             return HttpResponse(status=response.status_code, body=b"".join(chunks),
                                 content_type=response.headers.get("content-type", ""), url=shown)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        if self._client is not None and self._pools is not None:
+            pools, self._pools, self._client = self._pools, None, None
+            await pools.release(self._key)
+
+
+class _Inflater:
+    """One content-coding layer, inflated at most `_PIECE` bytes at a time."""
+
+    def __init__(self, coding: str):
+        self._raw_fallback = coding == "deflate"  # "deflate" is zlib-wrapped, but some servers send raw
+        self._obj = zlib.decompressobj(zlib.MAX_WBITS | 16 if coding != "deflate" else zlib.MAX_WBITS)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while True:
+            if self._obj.eof:
+                return  # bytes after the end of the stream are ignored, as httpx does
+            try:
+                out = self._obj.decompress(data, _PIECE)
+            except zlib.error:
+                if not self._raw_fallback:
+                    raise
+                self._raw_fallback = False
+                self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
+                continue
+            self._raw_fallback = False
+            data = self._obj.unconsumed_tail
+            if out:
+                yield out
+            if not data and len(out) < _PIECE:
+                return
+
+    @property
+    def complete(self) -> bool:
+        return self._obj.eof
+
+
+class BoundedDecoder:
+    """Undoes `Content-Encoding` while counting: the wire bytes and the output of every layer are
+    each limited to `max_bytes`, checked as the bytes are produced (a bomb stops at the limit)."""
+
+    def __init__(self, codings: list[str], max_bytes: int, what: str):
+        names = [c.strip().lower() for c in codings if c.strip() and c.strip().lower() != "identity"]
+        for name in names:
+            if name not in _CODINGS:
+                raise SourceError(f"{what}: unsupported Content-Encoding {name[:40]!r} (gzip and deflate are "
+                                  "accepted)")
+        if len(names) > MAX_CODING_LAYERS:
+            raise SourceError(f"{what}: {len(names)} stacked content codings ({', '.join(names)}); at most "
+                              f"{MAX_CODING_LAYERS} are accepted")
+        # Listed in the order they were applied: undo the last one first.
+        self._layers = [_Inflater(name) for name in reversed(names)]
+        self._produced = [0] * (len(self._layers) + 1)  # [0] counts wire bytes
+        self._max = max_bytes
+        self._what = what
+
+    def _count(self, index: int, size: int) -> None:
+        self._produced[index] += size
+        if self._produced[index] > self._max:
+            stage = "on the wire" if index == 0 else "after decompression"
+            raise SourceError(f"{self._what}: response larger than {self._max} bytes {stage}")
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._count(0, len(data))
+        try:
+            yield from self._run(0, data)
+        except zlib.error as exc:
+            raise SourceError(f"{self._what}: cannot decode the compressed response: {exc}") from None
+
+    def _run(self, index: int, data: bytes) -> Iterator[bytes]:
+        if index == len(self._layers):
+            if data:
+                yield data
+            return
+        for piece in self._layers[index].feed(data):
+            self._count(index + 1, len(piece))
+            yield from self._run(index + 1, piece)
+
+    def finish(self) -> None:
+        if self._produced[0] and not all(layer.complete for layer in self._layers):
+            raise SourceError(f"{self._what}: the compressed response is truncated")
+
+
+async def get_document(client: HttpClient, options: HttpOptions, context: SourceContext, *, timeout: float,
+                       parse: Callable[[HttpResponse], T], url: str | None = None,
+                       params: Mapping[str, str] | None = None,
+                       extra_headers: Mapping[str, str] | None = None) -> T:
+    """The one way sources load a document over HTTP: GET with the block's options and limits, then
+    `parse(response)` in a worker thread, so decoding a large body never blocks the event loop."""
+    headers = resolve_headers(options.headers, context)
+    headers.update(extra_headers or {})
+    response = await client.get(url or options.url, timeout=timeout, max_bytes=options.max_response_bytes,
+                                headers=headers, params=params)
+    return await off_loop(parse, response)
 
 
 def _describe_http_error(exc: httpx.HTTPError) -> str:

@@ -1,4 +1,4 @@
-"""`prometheus` source: a PromQL instant query whose current value becomes an item (DESIGN §2).
+"""`prometheus` source: a PromQL instant query whose current value becomes an item.
 
     prometheus:
       url: http://prometheus.monitoring:9090          # base URL (a path prefix is kept)
@@ -22,25 +22,27 @@ from typing import Any
 import numpy as np
 
 from adapter.errors import SourceError, ValidationError
+from adapter.fields import expect_mapping, read_string, reject_unknown
 from adapter.items import MAX_ABS_VALUE, Item
-from adapter.resources import expect_mapping, read_string, reject_unknown
-from adapter.sources.api import load_json
-from adapter.sources.base import CommonSourceSettings, Source, SourceContext
+from adapter.sources.base import MAX_WARNINGS, CommonSourceSettings, FetchResult, Source, SourceContext
 from adapter.sources.http import (
     HTTP_OPTION_FIELDS,
     HttpClient,
     HttpOptions,
+    HttpResponse,
     SecretKeyRef,
+    get_document,
     parse_http_options,
     parse_secret_key_ref,
     read_secret,
     read_text_file,
-    resolve_headers,
     safe_url,
 )
+from adapter.sources.jsonbody import load_json
 
 MAX_SERIES = 10_000
-MAX_WARNINGS = 20
+# A series is two JSON objects (the series and its labels); decoding stops beyond this many.
+MAX_OBJECTS = 2 * MAX_SERIES + 16
 # Prometheus refuses range queries over 11,000 points per series; stay below it and split.
 MAX_POINTS_PER_QUERY = 10_000
 ENDPOINT_FIELDS = HTTP_OPTION_FIELDS + ("auth",)
@@ -139,8 +141,8 @@ class PrometheusClient:
     def describe(self) -> str:
         return f"prometheus {safe_url(self.endpoint.http.url)}"
 
-    def _headers(self) -> dict[str, str]:
-        headers = resolve_headers(self.endpoint.http.headers, self.context)
+    def _auth_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
         auth = self.endpoint.auth
         if auth is None:
             return headers
@@ -163,25 +165,8 @@ class PrometheusClient:
     async def api_get(self, api_path: str, params: Mapping[str, str]) -> Any:
         """GET {url}{api_path}; returns the `data` member of a successful response."""
         url = self.endpoint.http.url.rstrip("/") + api_path
-        response = await self._http.get(url, timeout=self.timeout, max_bytes=self.endpoint.http.max_response_bytes,
-                                        headers=self._headers(), params=params)
-        if response.body.lstrip()[:1] != b"{":  # a proxy's HTML error page, say
-            response.check_ok()
-            raise SourceError(f"{response.url}: response is not Prometheus JSON")
-        document = load_json(response.body, response.url)
-        if not isinstance(document, dict):
-            raise SourceError(f"{response.url}: response is not a Prometheus API object")
-        if document.get("status") != "success":
-            if document.get("status") == "error":
-                kind = _short(str(document.get("errorType", "error")), 40)
-                raise SourceError(f"prometheus query failed: {kind}: {_short(str(document.get('error', '')), 400)}")
-            response.check_ok()
-            raise SourceError(f"{response.url}: unexpected status {_short(str(document.get('status')), 40)!r}")
-        response.check_ok()
-        data = document.get("data")
-        if not isinstance(data, dict):
-            raise SourceError(f"{response.url}: response has no data object")
-        return data
+        return await get_document(self._http, self.endpoint.http, self.context, timeout=self.timeout,
+                                  parse=_api_data, url=url, params=params, extra_headers=self._auth_headers())
 
     async def query(self, query: str, at: float) -> dict[str, Any]:
         return await self.api_get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
@@ -191,6 +176,27 @@ class PrometheusClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _api_data(response: HttpResponse) -> Any:
+    """The `data` member of a Prometheus API answer, or a SourceError that says what went wrong."""
+    if response.body.lstrip()[:1] != b"{":  # a proxy's HTML error page, say
+        response.check_ok()
+        raise SourceError(f"{response.url}: response is not Prometheus JSON")
+    document = load_json(response.body, response.url, max_objects=MAX_OBJECTS)
+    if not isinstance(document, dict):
+        raise SourceError(f"{response.url}: response is not a Prometheus API object")
+    if document.get("status") != "success":
+        if document.get("status") == "error":
+            kind = _short(str(document.get("errorType", "error")), 40)
+            raise SourceError(f"prometheus query failed: {kind}: {_short(str(document.get('error', '')), 400)}")
+        response.check_ok()
+        raise SourceError(f"{response.url}: unexpected status {_short(str(document.get('status')), 40)!r}")
+    response.check_ok()
+    data = document.get("data")
+    if not isinstance(data, dict):
+        raise SourceError(f"{response.url}: response has no data object")
+    return data
 
 
 async def query_range(client: PrometheusClient, query: str, start: float, end: float,
@@ -273,19 +279,18 @@ def _short(text: str, limit: int) -> str:
 # ---------------------------------------------------------------- the source
 
 
-class PrometheusSource(Source):
+class PrometheusSource(Source[PrometheusConfig]):
     kind = "prometheus"
     default_interval = 30.0
 
     @classmethod
-    def value_names(cls, config: Any) -> frozenset[str]:
+    def value_names(cls, config: PrometheusConfig) -> frozenset[str]:
         """Each series becomes an item with its sample as `value`."""
         return frozenset({"value"})
 
     def __init__(self, config: PrometheusConfig, common: CommonSourceSettings, context: SourceContext):
         super().__init__(config, common, context)
         self._client = PrometheusClient(config.endpoint, context, common.timeout)
-        self.last_warnings: list[str] = []
 
     @classmethod
     def parse_config(cls, spec: Mapping[str, Any], path: str) -> PrometheusConfig:
@@ -295,7 +300,7 @@ class PrometheusSource(Source):
     def describe(self) -> str:
         return self._client.describe()
 
-    async def fetch(self, now: float) -> list[Item]:
+    async def fetch(self, now: float) -> FetchResult:
         data = await self._client.query(self.config.query, now)
         result_type, result = data.get("resultType"), data.get("result")
         end = now + self.common.interval
@@ -321,8 +326,7 @@ class PrometheusSource(Source):
                     warnings.append(f"series {_describe_labels(labels)}: skipped sample {value:g}")
                 continue
             items.append(Item(start=now, end=end, values={"value": value}, labels=labels))
-        self.last_warnings = warnings
-        return items
+        return FetchResult(items=items, warnings=warnings)
 
     async def close(self) -> None:
         await self._client.aclose()

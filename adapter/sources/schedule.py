@@ -1,4 +1,4 @@
-"""`schedule` source: a calendar of known campaigns written in the manifest (DESIGN §2).
+"""`schedule` source: a calendar of known campaigns written in the manifest.
 
     schedule:
       timeZone: Asia/Seoul                 # IANA name, default UTC
@@ -16,24 +16,28 @@ Cron expressions are therefore expanded on *naive local* time and each occurrenc
 the zone; a local time skipped by a spring-forward gap maps to the instant one offset later, and a
 time repeated by a fall-back fold is taken once (its first occurrence), as most cron daemons do.
 
-Nothing here can fail at fetch time, so the source never goes stale.
+The source never goes stale: it needs nothing from outside. Its fetch can still fail, and say so in
+status, when a calendar expands to more items than one object (MAX_ITEMS_PER_CALENDAR) or all
+calendars of the server together (SourceContext.expansion_budget) may hold; expansion stops at that
+bound instead of running to the end, and runs in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from adapter.errors import ValidationError
+from adapter.errors import SourceError, ValidationError
+from adapter.fields import expect_mapping, read_duration, read_string, reject_unknown
 from adapter.items import Item, ItemError, parse_item
-from adapter.resources import expect_mapping, read_duration, read_string, reject_unknown
-from adapter.sources.base import Source
+from adapter.sources.base import FetchResult, Source
+from adapter.sources.work import off_loop
 
 DAY = 86400.0
 DEFAULT_LOOKAHEAD = 2 * DAY
@@ -42,6 +46,8 @@ MAX_WINDOWS = 1000
 MAX_INLINE_ITEMS = 10_000
 # Expansion bound per window per fetch: "* * * * *" over 3 days is 4320, so this is generous.
 MAX_OCCURRENCES = 20_000
+# Items one calendar may expand to per fetch (inline items included).
+MAX_ITEMS_PER_CALENDAR = 20_000
 
 _DAY_NAMES = {name: i for i, names in enumerate([
     ("mon", "monday"), ("tue", "tues", "tuesday"), ("wed", "wednesday"), ("thu", "thur", "thurs", "thursday"),
@@ -79,7 +85,19 @@ class ScheduleConfig:
     lookahead: float
 
 
-class ScheduleSource(Source):
+class ExpansionLimit(Exception):
+    """The expansion reached its bound; `limit` is the bound that was hit."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+class BudgetExhausted(Exception):
+    """The server-wide expansion budget has no room for more items."""
+
+
+class ScheduleSource(Source[ScheduleConfig]):
     kind = "schedule"
     never_stale = True
     default_interval = 60.0
@@ -110,18 +128,76 @@ class ScheduleSource(Source):
         config: ScheduleConfig = self.config
         return f"schedule ({len(config.items)} items, {len(config.windows)} windows, {config.zone.key})"
 
-    async def fetch(self, now: float) -> list[Item]:
-        return expand(self.config, now)
+    async def fetch(self, now: float) -> FetchResult:
+        budget = self.context.expansion_budget
+
+        def take(count: int) -> bool:
+            return budget.take(self, count)
+
+        try:
+            if not budget.has_room(self, _TAKE_STEP):
+                raise BudgetExhausted  # without starting: the others hold everything
+            if self.config.windows:
+                items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
+            else:
+                # Only inline items (at most MAX_INLINE_ITEMS): a filter, cheaper than the thread hop.
+                items = expand(self.config, now, MAX_ITEMS_PER_CALENDAR, take)
+        except BudgetExhausted:
+            budget.abandon(self)
+            raise SourceError(f"the calendars of this server may expand to {budget.total} items in total "
+                              "and the others hold the rest; shorten lookahead or remove windows here or "
+                              "elsewhere") from None
+        except ExpansionLimit as exc:
+            budget.abandon(self)
+            raise SourceError(f"the calendar expands to more than {exc.limit} items within its "
+                              f"lookahead ({self.config.lookahead:g}s); shorten lookahead or use fewer "
+                              "or less frequent windows") from None
+        except BaseException:
+            budget.abandon(self)
+            raise
+        budget.commit(self, len(items))
+        return FetchResult(items=items)
+
+    async def close(self) -> None:
+        self.context.expansion_budget.release(self)
 
 
-def expand(config: ScheduleConfig, now: float) -> list[Item]:
-    """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order."""
+# Items taken from the shared budget at a time (a calendar may hold up to this many more than it uses).
+_TAKE_STEP = 1024
+
+
+def _no_budget(count: int) -> bool:
+    return True
+
+
+def expand(config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALENDAR,
+           take: Callable[[int], bool] = _no_budget) -> list[Item]:
+    """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order.
+
+    Raises ExpansionLimit as soon as there would be more than `limit` items, or when `take` (the
+    shared budget, asked for items in steps) says no.
+    """
     lo, hi = now - DAY, now + config.lookahead
     out = [item for item in config.items if item.end > lo and item.start < hi]
+    if len(out) > limit:
+        raise ExpansionLimit(limit)
+    taken = 0
+
+    def reserve(needed: int) -> None:
+        nonlocal taken
+        while taken < needed:
+            if not take(_TAKE_STEP):
+                raise BudgetExhausted
+            taken += _TAKE_STEP
+
+    reserve(len(out))
     for window in config.windows:
         occurrences = _cron_occurrences(window, lo, hi) if isinstance(window, CronWindow) \
             else _daily_occurrences(window, lo, hi)
         for start, end in occurrences:
+            if len(out) >= limit:
+                raise ExpansionLimit(limit)
+            reserve(len(out) + 1)
             # Deterministic id: re-expanding on the next fetch yields the same ids (no double count).
             out.append(Item(start=start, end=end, values=window.values, id=f"window{window.index}@{start:.0f}"))
     return out
@@ -154,6 +230,7 @@ def _cron_occurrences(window: CronWindow, lo: float, hi: float) -> Iterator[tupl
         end = start + window.duration
         if end > lo and start < hi:
             yield start, end
+    raise ExpansionLimit(MAX_OCCURRENCES)  # did not reach the end of the lookahead
 
 
 def _daily_occurrences(window: DailyWindow, lo: float, hi: float) -> Iterator[tuple[float, float]]:

@@ -1,0 +1,26 @@
+"""Where sources do CPU work (parsing bodies, expanding calendars): one worker thread, off the loop.
+
+A worker thread keeps the event loop free, but only as long as the loop wins the GIL often: with many
+CPU-bound threads the loop waits its turn behind each of them. One worker shared by all sources keeps
+the loop's wait at one switch interval; the work itself is short (bounded by the size and item limits),
+so queueing behind it costs little. Long computations (forecast fits) use their own threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prescaler-source-work")
+
+
+async def off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run `function(*args, **kwargs)` on the shared source worker thread and wait for it."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_WORKER, functools.partial(function, *args, **kwargs))
