@@ -127,6 +127,23 @@ def test_source_down_from_start_use_known_serves_the_default(announcer: Announce
     assert isinstance(early, Values) and [v.value for v in early.values] == [0.0]
 
 
+def test_a_first_snapshot_without_items_ends_the_hold_of_named_targets(announcer: Announcer) -> None:
+    """A named target the first successful fetch gives nothing to is served its default, not held: the
+    first snapshot rebuilds the event's partitions, not only the keys it contributes to."""
+    async def go():
+        announcer.set_raw(b"not json")
+        engine = await loaded_engine([metric(), api_event(announcer.url)])
+        before = engine.query("rps", "service-a", A, NOW + 5)
+        announcer.set_items([])
+        await fetch_all(engine)
+        after = engine.query("rps", "service-a", A, NOW + 6)
+        await engine.stop()
+        return before, after
+    before, after = run(go())
+    assert isinstance(before, SourceOnHold)
+    assert isinstance(after, Values) and [v.value for v in after.values] == [0.0]
+
+
 def test_never_fetched_hold_source_naming_targets_from_labels_holds_unknown_targets(announcer: Announcer) -> None:
     async def go():
         announcer.set_raw(b"not json")
