@@ -1,4 +1,4 @@
-"""Sandboxed expressions that turn an item's values into one contribution (DESIGN §3).
+"""Sandboxed expressions that turn an item's values into one contribution (docs/semantics.md §2-§3).
 
 `scheduledMessage * 2`, `ceil(upper * 1.1)`, `max(a, b) / 3`.
 

@@ -1,7 +1,7 @@
 """Kubernetes label selectors: parse, match and print them the way apimachinery does.
 
 The HPA sends ``?labelSelector=<text>`` where ``<text>`` is ``labels.Selector.String()`` of the
-metric selector in its spec (wire.md §4). This module is a Python re-implementation of
+metric selector in its spec (docs/api.md §4). This module is a Python re-implementation of
 k8s.io/apimachinery ``pkg/labels/selector.go`` (its Lexer, Parser and ``NewRequirement``):
 
 * the grammar is the same (``=``, ``==``, ``!=``, ``in (..)``, ``notin (..)``, ``k``, ``!k``, ``k>5``,

@@ -1,4 +1,4 @@
-"""The HTTP API per wire.md §1–4 and the §10 checklist (items that need no cluster)."""
+"""The HTTP API per docs/api.md §1–4 and the §10 checklist (items that need no cluster)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_watch_driven_values_auth_and_status(cluster) -> None:
     print(f"watch -> served value latency: {latency * 1000:.0f} ms")
     assert served(base) == ["60"]
 
-    # The SAR carried the exact attributes of wire.md §6.3.
+    # The SAR carried the exact attributes of docs/api.md §6.3.
     sar = next(s for s in reversed(fake.subject_access_reviews)
                if s["spec"].get("resourceAttributes", {}).get("resource") == "rps")
     attrs = sar["spec"]["resourceAttributes"]

@@ -1,4 +1,4 @@
-"""Label selector parsing, matching and printing (adapter/labels.py) against wire.md §4 / selector.go."""
+"""Label selector parsing, matching and printing (adapter/labels.py) against docs/api.md §4 / selector.go."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ NAME_REGEX_HINT = (
         ("!a", "!a"),
         ("a>5", "a>5"),
         ("a<05", "a<05"),  # the value is kept as text
-        ("queue=orders,env in (staging,prod)", "env in (prod,staging),queue=orders"),  # wire.md §4
+        ("queue=orders,env in (staging,prod)", "env in (prod,staging),queue=orders"),  # docs/api.md §4
         ("b notin (z,y,x),a", "a,b notin (x,y,z)"),
         ("x in (foo,,baz),y,z notin ()", "x in (,baz,foo),y,z notin ()"),  # selector.go doc example
         ("k in (a,a,b)", "k in (a,b)"),  # values are a set
@@ -69,7 +69,7 @@ def test_empty_selector_is_everything() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Matching semantics (wire.md §4 table; selector.go Requirement.Matches)
+# Matching semantics (docs/api.md §4 table; selector.go Requirement.Matches)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +127,7 @@ def test_matches(text: str, labels: dict[str, str], expected: bool) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        # wire.md §3: the 400 message the apiserver sends for this
+        # docs/api.md §3: the 400 message the apiserver sends for this
         ("k in (a", "unable to parse requirement: found '', expected: ',' or ')'"),
         ("k in (a b)", "unable to parse requirement: found 'b', expected: ',' or ')'"),
         ("k in a", "unable to parse requirement: found 'a' expected: '('"),
@@ -258,7 +258,7 @@ def test_nul_ends_input_like_go() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# What arrives over HTTP (wire.md §4: KAG re-encodes with url.Values.Encode)
+# What arrives over HTTP (docs/api.md §4: KAG re-encodes with url.Values.Encode)
 
 
 def test_query_string_from_aggregator() -> None:
@@ -421,7 +421,7 @@ def _go_parse_int64(text: str) -> int | None:
 
 
 def _brute_force(meaning: list[tuple[str, str, frozenset[str]]], labels: dict[str, str]) -> bool:
-    """wire.md §4 table, written independently of adapter.labels."""
+    """docs/api.md §4 table, written independently of adapter.labels."""
     for key, op, values in meaning:
         present = key in labels
         value = labels.get(key)

@@ -1,6 +1,6 @@
-"""resource.Quantity parsing and canonical strings (adapter/quantity.py) against wire.md §2.2.
+"""resource.Quantity parsing and canonical strings (adapter/quantity.py) against docs/api.md §2.2.
 
-Expected strings come from the wire.md §2.2 table and from apimachinery's quantity_test.go tables
+Expected strings come from the docs/api.md §2.2 table and from apimachinery's quantity_test.go tables
 (TestQuantityParse, TestQuantityString, TestQuantityParseEmit, TestMilliNewSet, TestNewSet).
 """
 
@@ -32,7 +32,7 @@ from adapter.quantity import (
 D = Decimal
 
 # ------------------------------------------------------------------------------------------------
-# wire.md §2.2 table (normative)
+# docs/api.md §2.2 table (normative)
 
 WIRE_TABLE = [
     (0, "0"),
@@ -307,7 +307,7 @@ QUANTITY_PARSE = [
     (".0001k", D("100e-3"), DECIMAL_SI),
     ("1.", D(1), DECIMAL_SI),
     ("1.G", D("1e9"), DECIMAL_SI),
-    # wire.md §2.2 grammar examples
+    # docs/api.md §2.2 grammar examples
     ("+1", D(1), DECIMAL_SI),
     (".5", D("0.5"), DECIMAL_SI),
     ("1.5k", D(1500), DECIMAL_SI),
@@ -426,7 +426,7 @@ def test_unknown_format_is_rejected() -> None:
     [
         ("1n", 1),  # ceil
         ("-1n", -1),  # away from zero
-        ("-1500u", -2),  # wire.md §2.2 [derived]
+        ("-1500u", -2),  # docs/api.md §2.2 [derived]
         ("1500u", 2),
         ("1.5", 1500),
         ("-1.5", -1500),

@@ -1,6 +1,6 @@
-"""The HPA controller model against design/hpa.md: worked examples (§10) and the rules behind them.
+"""The HPA controller model against docs/hpa-algorithm.md: worked examples (§10) and the rules behind them.
 
-Expected sequences are worked out by hand from hpa.md (the tables and the algorithm text), not
+Expected sequences are worked out by hand from docs/hpa-algorithm.md (the tables and the algorithm text), not
 copied from a run of this code.
 """
 
@@ -135,7 +135,7 @@ def test_example_4_one_tick_spike_behavior() -> None:
 
 
 def test_wire_examples_value_and_average() -> None:
-    # wire.md: Value target 10, items 5+7, 3 ready pods: ratio 1.2 -> ceil(3.6) = 4
+    # docs/api.md: Value target 10, items 5+7, 3 ready pods: ratio 1.2 -> ceil(3.6) = 4
     assert external_value_replicas(12_000, 10_000, spec=3, ready=3, npods=3, tol=TOL) == 4
     # AverageValue target 5, sum 12, status 3: ratio 0.8 -> ceil(12/5) = 3
     assert external_average_replicas(12_000, 5_000, 3, TOL) == 3

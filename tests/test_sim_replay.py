@@ -1,6 +1,6 @@
-"""The fixed replay form and `prescaler simulate` on it: hpa.md's worked examples end to end.
+"""The fixed replay form and `prescaler simulate` on it: docs/hpa-algorithm.md's worked examples end to end.
 
-Expected replica sequences are the hpa.md §10 tables, read by hand.
+Expected replica sequences are the docs/hpa-algorithm.md §10 tables, read by hand.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def cli(tmp_path: Path, doc: Any, *extra: str) -> tuple[int, str, str]:
     return code, std.getvalue(), err.getvalue()
 
 
-# ---------------------------------------------------------------- worked examples (hpa.md §10)
+# ---------------------------------------------------------------- worked examples (docs/hpa-algorithm.md §10)
 
 
 def test_example_1_behavior_and_legacy() -> None:

@@ -66,7 +66,7 @@ def burst_traffic(base: float = 30.0, burst: float = 600.0) -> list[list[float]]
 
 def campaign_scenario(lead: str = "6m") -> dict[str, Any]:
     return {
-        # scale-up tolerance 0 (DESIGN §4): at 20 pods a need for 21 (ratio 1.05) is acted on
+        # scale-up tolerance 0 (docs/api.md): at 20 pods a need for 21 (ratio 1.05) is acted on
         "hpa": hpa(("rps-now", "External"), ("campaign", "External"), behavior={"scaleUp": {"tolerance": "0"}}),
         "tick": "15s",
         "workload": {"replicas": 1, "startupDelay": "5m", "capacityPerPod": 30},

@@ -1,4 +1,4 @@
-"""Timeline semantics (DESIGN §3) against a brute-force reference, plus the bulk multi-key build."""
+"""Timeline semantics (docs/semantics.md §2-§3) against a brute-force reference, plus the bulk multi-key build."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Authorization attributes of a request (Kubernetes RequestInfoFactory, wire.md §6.3).
+"""Authorization attributes of a request (Kubernetes RequestInfoFactory, docs/api.md §6.3).
 
 ``/apis/external.metrics.k8s.io/v1beta1/namespaces/default/queue_depth`` (GET) becomes a *resource*
 request: verb ``list`` (``watch`` with ``?watch=true``), group ``external.metrics.k8s.io``, version

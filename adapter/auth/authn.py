@@ -1,4 +1,4 @@
-"""Delegated authentication, in the order of Kubernetes' delegating authenticator (wire.md §6.2).
+"""Delegated authentication, in the order of Kubernetes' delegating authenticator (docs/api.md §6.2).
 
 1. Front-proxy: the TLS client certificate verifies against the requestheader CA (clientAuth usage,
    CN in allowed names when that list is set) -> identity from the configured headers.

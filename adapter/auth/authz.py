@@ -1,4 +1,4 @@
-"""Delegated authorization (wire.md §6.3): privileged group, always-allowed paths, SubjectAccessReview.
+"""Delegated authorization (docs/api.md §6.3): privileged group, always-allowed paths, SubjectAccessReview.
 
 SAR decisions (allow and deny) are cached ``ttl`` seconds keyed by the full review spec, and
 concurrent identical reviews are coalesced, so a warm request costs one dict lookup.

@@ -1,6 +1,6 @@
 """Authentication configuration: client CA and front-proxy (requestheader) settings, kept current.
 
-Sources, as in Kubernetes' DelegatingAuthenticationOptions (wire.md §6.1):
+Sources, as in Kubernetes' DelegatingAuthenticationOptions (docs/api.md §6.1):
 - ``--client-ca-file`` if given, else key ``client-ca-file`` of ConfigMap
   ``kube-system/extension-apiserver-authentication``;
 - ``--requestheader-client-ca-file`` (+ the other ``--requestheader-*`` flags) if given, else the

@@ -7,7 +7,7 @@ Inner apps find::
 
 Front-proxy headers (and a consumed bearer token) are removed from ``scope["headers"]`` before the
 app runs, so nothing downstream can mistake a spoofed ``X-Remote-User`` for an identity.
-Responses: 401 Status, 403 Status (wire.md §3), 500 text/plain for a failed SubjectAccessReview.
+Responses: 401 Status, 403 Status (docs/api.md §3), 500 text/plain for a failed SubjectAccessReview.
 """
 
 from __future__ import annotations

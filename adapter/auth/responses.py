@@ -1,4 +1,4 @@
-"""Error responses exactly as the generic apiserver writes them (wire.md §3)."""
+"""Error responses exactly as the generic apiserver writes them (docs/api.md §3)."""
 
 from __future__ import annotations
 

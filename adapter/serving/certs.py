@@ -4,7 +4,7 @@ Everything is ECDSA P-256 + SHA-256 (small, fast to generate, accepted by Go's c
 All functions return PEM bytes ``(cert_pem, key_pem)``; keys are unencrypted PKCS#8.
 
 SAN handling: each entry of ``sans`` that parses as an IP address becomes an IPAddress SAN, everything
-else a DNSName SAN.  kube-aggregator dials ``<service>.<namespace>.svc`` (wire.md §7), so serving
+else a DNSName SAN.  kube-aggregator dials ``<service>.<namespace>.svc`` (docs/api.md §7), so serving
 certificates for a cluster need that DNS name.
 """
 

@@ -2,7 +2,7 @@
 
 Kubernetes' generic apiserver asks TLS clients for a certificate without verifying it in the
 handshake (Go ``tls.RequestClientCert``); the *authenticator* verifies it later against the current
-client CA bundles and answers 401 when it does not chain (wire.md §6.2: KEDA#6100 "certificate signed
+client CA bundles and answers 401 when it does not chain (docs/api.md §6.2: KEDA#6100 "certificate signed
 by unknown authority" surfaced as 401).  Python's ``ssl`` cannot express that: with ``CERT_OPTIONAL``
 OpenSSL aborts the handshake for an unverifiable certificate, and with ``CERT_NONE`` it never asks
 for one.  The missing knob is OpenSSL's verify callback, which we install through ctypes on the

@@ -1,7 +1,7 @@
-"""The HorizontalPodAutoscaler controller, one reconcile per call (hpa.md §3–§6, §8).
+"""The HorizontalPodAutoscaler controller, one reconcile per call (docs/hpa-algorithm.md §3–§6, §8).
 
 This follows `reconcileAutoscaler` of kube-controller-manager step by step so that two independent
-implementations give the same replica sequence (hpa.md §11): int64 milli-units, float64 ratios,
+implementations give the same replica sequence (docs/hpa-algorithm.md §11): int64 milli-units, float64 ratios,
 `math.ceil`, truncating `int()` for Percent scale-down, the strict age rule `t - ts < W`, and the
 prenormalized max over metrics stored as the recommendation. Scale-to-zero follows v1.30–v1.35
 (`zero_active` ⇔ minReplicas == 0).
@@ -19,7 +19,7 @@ from adapter.sim.quantity import MAX_INT32, MAX_INT64
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """kube-controller-manager flags that change the math (hpa.md §1)."""
+    """kube-controller-manager flags that change the math (docs/hpa-algorithm.md §1)."""
 
     tolerance: float = 0.1
     downscale_stabilization: float = 300.0
@@ -61,7 +61,7 @@ class Decision:
 
 
 class MetricError(Exception):
-    """One metric cannot give a proposal this tick (the metric is 'invalid', hpa.md §5)."""
+    """One metric cannot give a proposal this tick (the metric is 'invalid', docs/hpa-algorithm.md §5)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Tolerances:
 
 
 def _ceil_int32(x: float) -> int:
-    """`int32(math.Ceil(x))` with the hpa.md cap at MaxInt32 (Go's conversion of ±Inf is undefined)."""
+    """`int32(math.Ceil(x))` capped at MaxInt32 (docs/hpa-algorithm.md §4) (Go's conversion of ±Inf is undefined)."""
     if math.isnan(x):
         return 0
     if x >= MAX_INT32:
@@ -94,7 +94,7 @@ def _divide(a: float, b: float) -> float:
     return a / b
 
 
-# ---------------------------------------------------------------- proposals (hpa.md §4)
+# ---------------------------------------------------------------- proposals (docs/hpa-algorithm.md §4)
 
 
 def external_value_replicas(usage: int, target: int, spec: int, ready: int, npods: int, tol: Tolerances) -> int:
@@ -183,7 +183,7 @@ class HpaController:
             return self.config.downscale_stabilization
         return self._down.window
 
-    # ---------------------------------------------------------------- reconcile (hpa.md §3)
+    # ---------------------------------------------------------------- reconcile (docs/hpa-algorithm.md §3)
 
     def reconcile(self, t: float, inputs: TickInputs) -> Decision:
         hpa = self.hpa
@@ -255,7 +255,7 @@ class HpaController:
             return external_value_replicas(usage, metric.target_milli, inputs.spec, inputs.ready, inputs.npods, tol)
         return external_average_replicas(usage, metric.target_milli, inputs.status, tol)
 
-    # ---------------------------------------------------------------- normalization (hpa.md §6)
+    # ---------------------------------------------------------------- normalization (docs/hpa-algorithm.md §6)
 
     def _normalize_legacy(self, t: float, cur: int, d: int, min_r: int, max_r: int,
                           conditions: dict[str, str]) -> int:

@@ -1,6 +1,6 @@
 """An `autoscaling/v2` HorizontalPodAutoscaler manifest, parsed into what the controller uses.
 
-Defaults follow `pkg/apis/autoscaling/v2/defaults.go` (hpa.md §6.2): they are filled in only when a
+Defaults follow `pkg/apis/autoscaling/v2/defaults.go` (docs/hpa-algorithm.md §6.2): they are filled in only when a
 `behavior` block exists, because the controller picks the legacy path when `behavior` is nil.
 """
 
@@ -50,7 +50,7 @@ class MetricSpec:
 
     @property
     def resource_label(self) -> str | None:
-        """`selector.matchLabels.resource`: the prescaler target a selector names (DESIGN §4)."""
+        """`selector.matchLabels.resource`: the prescaler target a selector names (docs/api.md)."""
         labels = self.selector.get("matchLabels") or {}
         value = labels.get("resource") if isinstance(labels, Mapping) else None
         return value if isinstance(value, str) else None
@@ -63,7 +63,7 @@ class HpaSpec:
     min_replicas: int
     max_replicas: int
     metrics: tuple[MetricSpec, ...]
-    behavior: Behavior | None  # None = legacy normalization (hpa.md §6.1)
+    behavior: Behavior | None  # None = legacy normalization (docs/hpa-algorithm.md §6.1)
 
 
 def default_scale_up(tolerance: float | None = None) -> ScalingRules:

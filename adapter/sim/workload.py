@@ -1,4 +1,4 @@
-"""The workload behind the scale subresource: pods that take time to become ready (hpa.md §9).
+"""The workload behind the scale subresource: pods that take time to become ready (docs/hpa-algorithm.md §9).
 
 The controller writes `spec.replicas` at once; the ReplicaSet then creates pods immediately (so
 `status.replicas` follows within the tick) and each new pod becomes Ready after a start-up delay —

@@ -15,7 +15,7 @@ One reflector thread per kind does what client-go's reflector does:
 
 The blocking kubernetes client runs in daemon threads; the sink is called from those threads (the
 engine marshals the calls onto its event loop). A sink that raises is logged and never stops the
-watch: one broken object must not affect another (DESIGN §6).
+watch: one broken object must not affect another (docs/failure-rules.md).
 """
 
 from __future__ import annotations
