@@ -88,12 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
     for module_name in _SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:  # an optional part missing must not break the others
-            log.debug("subcommands of %s unavailable: %s", module_name, exc)
-            continue
-        module.add_parsers(sub)
+        importlib.import_module(module_name).add_parsers(sub)
     for name, subparser in subcommands(parser).items():
         subparser.formatter_class = HelpFormatter
         subparser.prog = f"prescaler {name}"

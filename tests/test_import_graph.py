@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "adapter.timeline", "adapter.pipeline", "adapter.status_board",
     )),
     ("engine", (
-        "adapter.engine",
+        "adapter.engine", "adapter.publisher",
         "adapter.sim",  # the simulator drives the same pipeline as the engine, at simulated time
     )),
     ("serving", (
@@ -56,9 +56,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ALLOWED_IMPORTS: dict[tuple[str, str], str] = {
     ("adapter.sources.forecast_regressors", "adapter.sources.registry"):
         "forecast regressors build other source kinds; should receive the registry from the caller",
-    ("adapter.sim.scenario", "adapter.store.leadtime"):
-        "the simulator applies the leadTime: Auto rule, which lives beside its Kubernetes reader; the "
-        "pure rule (learn_lead_time) belongs below the simulator",
 }
 
 

@@ -240,23 +240,12 @@ def _prescaler_model(sc: Scenario) -> PrescalerModel:
 
 
 def _source_parsers() -> dict[str, Any]:
-    """The real config parsers where the kind is importable; in the simulator `api`/`prometheus`
-    are replayed from recorded responses and `forecast` reads the trace, so a lenient parser keeps a
-    scenario usable even when that kind's module is not part of this build."""
-    from adapter.sources.registry import KINDS as SOURCE_KINDS
-    from adapter.sources.registry import config_parsers, source_class
+    """The server's own config parsers: a scenario's manifests are checked exactly as `serve` checks them
+    (in the simulator `api`/`prometheus` are then replayed from recorded responses and `forecast` reads
+    the trace)."""
+    from adapter.sources.registry import config_parsers
 
-    real = config_parsers()
-    parsers: dict[str, Any] = {}
-    for kind in SOURCE_KINDS:
-        try:
-            source_class(kind)
-            parsers[kind] = real[kind]
-        except (ImportError, AttributeError, KeyError):
-            if kind == "schedule":
-                continue  # reported by parse_virtual_metric_event: the sim needs the real schedule source
-            parsers[kind] = lambda _kind, spec, _path: dict(spec)
-    return parsers
+    return dict(config_parsers())
 
 
 __all__ = [

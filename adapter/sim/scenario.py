@@ -80,7 +80,7 @@ class Scenario:
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     baselines: Baselines = field(default_factory=Baselines)
-    # VirtualMetric name -> the lead learnt for `leadTime: Auto` (adapter.store.leadtime's rule)
+    # VirtualMetric name -> the lead learnt for `leadTime: Auto` (adapter.sim.leadtime's rule)
     learned_lead_times: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -169,7 +169,7 @@ def _resolve_auto_lead_times(manifests: list[Mapping[str, Any]], hpa: HpaSpec, w
     Start-up delays of AUTO_LEAD_SAMPLES pods are drawn from `workload.startupDelay` (its own seed),
     then lead = p90 start-up + sync period + the ramp the HPA's scale-up policy needs; the manifest
     gets that value in seconds."""
-    from adapter.store.leadtime import learn_lead_time
+    from adapter.sim.leadtime import learn_lead_time
 
     learned: dict[str, Any] = {}
     out: list[Mapping[str, Any]] = []
