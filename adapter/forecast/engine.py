@@ -228,7 +228,9 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
     return Outcome(point, lower, upper, models, seasons_out, notes)
 
 
-def _add_blends(final, back, actual, weight, resid, mae, names, seasons_of):
+def _add_blends(final: np.ndarray, back: np.ndarray, actual: np.ndarray, weight: np.ndarray, resid: np.ndarray,
+                mae: np.ndarray, names: list[str], seasons_of: list[int | None]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[int | None]]:
     """Add blends of the candidates (kinds in BLENDS).
 
     Averaging forecasters that err differently (persistence lags, seasonal profiles misjudge the
@@ -368,7 +370,8 @@ def _without_backtest(prep: Prepared, point: np.ndarray, cand: Candidate, horizo
     return Outcome(point, lower, upper, [cand.name] * n, [cand.season] * n, [full] * n)
 
 
-def _clip_nonnegative(prep: Prepared, point, lower, upper):
+def _clip_nonnegative(prep: Prepared, point: np.ndarray, lower: np.ndarray,
+                      upper: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A series that was never negative (rates, counts, CPU) is not forecast negative."""
     floor = np.where(prep.nonnegative[:, None], 0.0, -np.inf)
     return np.maximum(point, floor), np.maximum(lower, floor), np.maximum(upper, floor)

@@ -87,8 +87,8 @@ def _run(y: np.ndarray, origins: np.ndarray, horizon: int, m: int,
     return _run_on(y, origins, horizon, m, params, level, trend, season, start), params
 
 
-def _fit_grid(y: np.ndarray, t0: int, first_origin: int, m: int, target_h: int,
-              level: np.ndarray, trend: np.ndarray, season: np.ndarray):
+def _fit_grid(y: np.ndarray, t0: int, first_origin: int, m: int, target_h: int, level: np.ndarray,
+              trend: np.ndarray, season: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run every parameter set over [t0, first_origin]; keep per series the lowest h-step MAE."""
     n = y.shape[0]
     grid = grid_for(m, first_origin - t0)
