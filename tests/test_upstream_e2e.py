@@ -137,7 +137,12 @@ def test_hanging_upstream_never_slows_own_metrics(stack) -> None:
         codes = [f.result(timeout=60).status_code for f in hanging]
     assert codes == [504] * 4
     upstream.release.set()
-    upstream.mode = "ok"
+
+
+def test_upstream_down_gets_503_while_discovery_serves_its_cached_names(stack) -> None:
+    prescaler, upstream = stack
+    prescaler.wait_for(lambda: [r["name"] for r in prescaler.get(V1).json()["resources"]] == ["keda-metric", "rps"],
+                       "listing the upstream's metrics")
     upstream.stop()
     # Down: 503 for forwarded metrics, discovery still lists the cached upstream names.
     assert prescaler.get(KEDA_PATH).status_code == 503
