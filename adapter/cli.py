@@ -8,6 +8,7 @@ non-zero exit, never a traceback: usage errors exit 2, runtime errors 1, a close
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import importlib
 import logging
@@ -227,6 +228,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     observability.SERVED.resize(args.metrics_max_served_targets)  # ValueError: a usage error
     context = SourceContext(allow_private_networks=args.allow_private_networks)
     engine = Engine(context)
+    from adapter.announced_metrics import export_announced_values
+
+    export_announced_values(engine)  # announcements of the past become history (forecast regressors)
     manifest_store: ManifestStore | None = None
     if args.manifests:
         manifest_store = ManifestStore(engine, args.manifests)
@@ -304,6 +308,11 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
         return base64.b64decode(data).decode()
 
     context.secrets = resolve_secret
+    from adapter.store.leadtime import AutoLeadTimes, hpa_reader, learn_forever
+
+    # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
+    engine.lead_times = learner = AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client))
+    learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
@@ -322,7 +331,7 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
 
     hpp_status = HPPStatusController(api_client, is_leader=lambda: elector.is_leader)  # reads HPAs, never writes
     hpp_status.start()
-    return {"stoppers": [writer.stop, store.stop, hpp_status.stop], "store": store}
+    return {"stoppers": [learning.cancel, writer.stop, store.stop, hpp_status.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -302,11 +302,28 @@ def forecast_source() -> Schema:
         "step": duration("Resolution the history is resampled to (at most 1d).", minimum=1, long=True),
         "length": duration("How much history to use.", minimum=60, long=True),
     }, required=["url"])
+    def history(description: str) -> Schema:
+        return obj(description, {"prometheus": prom_history, "api": api_history},
+                   rules=[("has(self.prometheus) != has(self.api)", "exactly one of prometheus or api is required")])
+
+    regressor = obj("An announced series whose effect per unit on the load is fitted from history.", {
+        "name": string("Name shown in status and notes.", r"^[A-Za-z_][A-Za-z0-9_]{0,62}$", 63),
+        "value": string("The item value to read (default: name).", max_length=253),
+        "history": history("The announced values of the past (e.g. prescaler_announced_value): prometheus or api."),
+        # The api/schedule blocks are checked by prescaler (errors name the field): embedding their full
+        # schemas again would double the CRD and multiply its CEL cost estimate by the list sizes.
+        "future": obj("What is announced ahead: exactly one of api or schedule (the same fields as those "
+                      "source kinds).", {
+            "api": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                    "description": "An api source's fields (url, headers, tls, ...)."},
+            "schedule": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                         "description": "A schedule source's fields (items, recurring, timeZone)."},
+        }, rules=[("has(self.api) != has(self.schedule)", "exactly one of api or schedule is required")]),
+    }, required=["name", "history", "future"])
     return obj("Forecast future items from history with a numpy model.", {
-        "history": obj("Where the history comes from: exactly one of prometheus or api.", {
-            "prometheus": prom_history,
-            "api": api_history,
-        }, rules=[("has(self.prometheus) != has(self.api)", "exactly one of prometheus or api is required")]),
+        "history": history("Where the history comes from: exactly one of prometheus or api."),
+        "regressors": array("Announced series fused into the forecast (items then also carry baseline and "
+                            "events).", regressor, max_items=8, min_items=1),
         "model": string("seasonalNaive, holtWinters, harmonic (FFT), lastValue or auto (chosen by backtest; "
                         "the default).", enum=["seasonalNaive", "holtWinters", "harmonic", "auto", "lastValue"]),
         "season": duration("Season length, e.g. 1d or 1w (default: detected).", minimum=1, long=True),
@@ -344,8 +361,9 @@ def virtual_metric_schema() -> Schema:
         "defaultValue": number("Value served for a known target when no event or forecast contributes."),
         "mergeStrategy": {**string("How concurrent contributions for one target combine: Sum, Max, Min "
                                    "or Average.", enum=["Sum", "Max", "Min", "Average"]), "default": "Sum"},
-        "leadTime": duration("Look this far ahead and serve the peak: pods must be ready when traffic arrives "
-                             "(at most 7 days)."),
+        "leadTime": {**duration("Look this far ahead and serve the peak: pods must be ready when traffic arrives "
+                                "(at most 7 days). Auto: learnt from the scale target's pod start-up, the HPA "
+                                "sync period and its scale-up ramp."), "pattern": "^(Auto|" + DURATION[2:-2] + ")$"},
         "holdTime": duration("Keep a window's value this long after it ends (at most 7 days)."),
         "min": number("Lower clamp of the served value."),
         "max": number("Upper clamp of the served value."),
@@ -359,6 +377,16 @@ def virtual_metric_schema() -> Schema:
                            0, fmt="int64"),
         "conditions": {**array("Ready, and the reason when the object is rejected.", condition(), max_items=16),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        "learnedLeadTime": obj("leadTime: Auto: the lead served and where it came from.", {
+            "seconds": number("The lead served: start-up percentile + sync period + ramp, clamped.", 0),
+            "reason": string("Measured, or Fallback when nothing was measurable.", max_length=64),
+            "message": string("Why the fallback was used."),
+            "startupSeconds": number("Percentile of pod creation -> Ready over the recent pods.", 0),
+            "percentile": number("Which percentile.", 0, 1),
+            "syncPeriodSeconds": number("The HPA sync period added.", 0),
+            "rampSeconds": number("Time the HPA scale-up policy needs for the expected step.", 0),
+            "pods": array("The pods the start-up was measured on.", string("Pod name.", max_length=253), 100),
+        }),
     })
     return top_level("A value to predict, served as an external metric (e.g. rps).", spec, status,
                      spec_required=False)
@@ -409,6 +437,16 @@ def virtual_metric_event_schema() -> Schema:
                                     "description": "When the source was last fetched successfully."},
         "itemCount": integer("Items in the current snapshot.", 0, fmt="int64"),
         "stale": boolean("True when no fetch has succeeded for staleAfter."),
+        "regressors": array("forecast source with regressors: the fitted effect of one announced unit, per series.",
+                            obj("One forecast series.", {
+                                "series": string("The series' labels.", max_length=1024),
+                                "regressors": array("Per regressor.", obj("Fitted effect.", {
+                                    "name": string("Regressor name.", max_length=64),
+                                    "coefficient": number("Load added per announced unit."),
+                                    "stderr": number("Standard error of the coefficient.", 0),
+                                    "samples": integer("History steps where it was announced.", 0, fmt="int64"),
+                                }), 8),
+                            }), 100),
     })
     return top_level("Future events (from an API, a schedule, Prometheus or a forecast) mapped onto "
                      "VirtualMetrics per target workload.", spec, status, spec_required=True)

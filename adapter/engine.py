@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from adapter import observability as obs
+from adapter.handoff import LoopHandOff
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
 from adapter.pipeline.contributions import Partition
+from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
 from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import EMPTY, Published, build_published
@@ -44,26 +45,20 @@ class Engine:
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
         self.published: Published = EMPTY
         self.names = MetricNames({}, {})
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self._pending: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        self._handoff = LoopHandOff()  # store and watcher threads call in; state changes on the loop only
         self._rebuild_handle: asyncio.TimerHandle | None = None
         self._rebuilding = False
         self._dirty: set[Partition] | None = None  # partitions to rebuild; None: everything
         self._changed = False
         self.status = StatusBoard(self.statuses)
         self._synced_kinds: set[str] = set()
+        self.lead_times: LeadTimes | None = None  # leadTime: Auto, measured at the edge (adapter.store.leadtime)
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
-        self.status.attach(self._loop)
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for call in pending:
-            call()
+        self.status.attach(asyncio.get_running_loop())
+        self._handoff.attach(asyncio.get_running_loop())
         self._schedule_rebuild(None, 0.0)
 
     async def stop(self) -> None:
@@ -86,15 +81,15 @@ class Engine:
 
     @property
     def busy(self) -> bool:  # a change is waiting to be published
-        return self._changed or self._rebuilding or self._rebuild_handle is not None or bool(self._pending)
+        return self._changed or self._rebuilding or self._rebuild_handle is not None or self._handoff.pending
 
     # ---------------------------------------------------------------- ObjectSink (thread-safe)
 
     def apply(self, doc: Mapping[str, Any]) -> None:
-        self._call(lambda: self._handle(self.table.apply(doc)))
+        self._handoff.call(lambda: self._handle(self.table.apply(doc)))
 
     def delete(self, kind: str, name: str) -> None:
-        self._call(lambda: self._delete(kind, name))
+        self._handoff.call(lambda: self._delete(kind, name))
 
     def resync(self, kind: str, docs: list[Mapping[str, Any]]) -> None:
         def run() -> None:
@@ -104,16 +99,7 @@ class Engine:
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._delete(kind, name)
             self._synced_kinds.add(kind)
-        self._call(run)
-
-    def _call(self, func: Callable[[], None]) -> None:
-        if self._loop is None:
-            with self._lock:
-                self._pending.append(func)
-        elif threading.get_ident() == self._loop_thread:
-            func()
-        else:
-            self._loop.call_soon_threadsafe(func)
+        self._handoff.call(run)
 
     def _delete(self, kind: str, name: str) -> None:
         if kind == KIND_EVENT:
@@ -126,27 +112,37 @@ class Engine:
     def _handle(self, change: objects.Change) -> None:
         """Carry out a change's side effects: sources stopped and started, counters, a rebuild."""
         for runner in change.stop:
-            if self._loop is not None:
-                self._loop.create_task(runner.stop())
+            if self._handoff.loop is not None:
+                self._handoff.loop.create_task(runner.stop())
         for state, source in change.start:
             state.runner = SourceRunner(state.name, source, self._on_snapshot, clock=self.clock,
                                         on_health=lambda _name: self.status.changed())
-            if self.start_sources and self._loop is not None:
+            if self.start_sources and self._handoff.loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
             obs.record_expression_failures(event, count)
+        self._apply_learned_leads()  # a reloaded Auto VirtualMetric keeps its learnt lead
         if change.rebuild:
             self._schedule_rebuild(change.partitions)
         elif change.changed:
             self.status.changed()  # e.g. a new object rejected: nothing to publish, a status to write
+
+    def lead_times_changed(self) -> None:
+        """The learnt leads changed (loop thread): serve with them and show them in status."""
+        self._apply_learned_leads()
+        self.status.changed()
+
+    def _apply_learned_leads(self) -> None:
+        if self.lead_times is not None and apply_learned_leads(self.metrics.values(), self.lead_times):
+            self._schedule_rebuild(None)
 
     # ---------------------------------------------------------------- rebuild
 
     def _schedule_rebuild(self, partitions: set[Partition] | None, delay: float | None = None) -> None:
         self._changed = True
         self._dirty = None if partitions is None or self._dirty is None else self._dirty | partitions
-        if self._loop is not None and self._rebuild_handle is None and not self._rebuilding:
-            self._rebuild_handle = self._loop.call_later(self.rebuild_delay if delay is None else delay,
+        if self._handoff.loop is not None and self._rebuild_handle is None and not self._rebuilding:
+            self._rebuild_handle = self._handoff.loop.call_later(self.rebuild_delay if delay is None else delay,
                                                          self._start_rebuild)
 
     def _start_rebuild(self) -> None:
@@ -179,7 +175,7 @@ class Engine:
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
         obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
                                    sum(1 for e in self.events.values() if e.error))
-        return all_statuses(self.metrics, self.events, self.published, now)
+        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times)
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 

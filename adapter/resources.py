@@ -50,6 +50,7 @@ class VirtualMetric:
     max: float | None = None
     generation: int = 0
     uid: str = ""
+    lead_time_auto: bool = False  # `leadTime: Auto`: lead_time is replaced by the learnt value
 
     @functools.cached_property
     def policy(self) -> MetricPolicy:
@@ -243,7 +244,10 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
             default_value=read_number(spec, "defaultValue", "spec", default=0.0) or 0.0,
             merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum",
                                        choices=MERGE_STRATEGIES) or "Sum",
-            lead_time=read_duration(spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
+            # Auto: learnt in cluster mode (adapter.store.leadtime); 5m until a measurement exists.
+            lead_time=300.0 if spec.get("leadTime") == "Auto" else read_duration(spec, "leadTime", "spec", 0.0,
+                                                                                maximum=7 * 86400.0),
+            lead_time_auto=spec.get("leadTime") == "Auto",
             hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
             min=minimum,
             max=maximum,

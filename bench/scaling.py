@@ -1,6 +1,7 @@
 """Benchmark: reactive HPA vs prescaled HPA (reactive + forecast External metric) vs oracle.
 
-    .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper] [TRACE.csv ...]
+    .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper]
+        [--quantile auto|Q] [--unserved-cost 20] [--frontier] [TRACE.csv ...]
 
 For each trace in ../shared/data/traces/ (beside the repository) (or the given files):
 - the trace is put on the 15 s tick grid by step-hold (each value holds for its own bin, so 5-min and
@@ -13,15 +14,21 @@ For each trace in ../shared/data/traces/ (beside the repository) (or the given f
   demand (AverageValue = per-pod capacity): that is the *reactive* run;
 - *prescaled* adds an External metric served by prescaler: a VirtualMetric with `leadTime: 5m` fed by
   a forecast-source VirtualMetricEvent (`auto` model from adapter.forecast, refit every `--refit` on
-  the trailing 14 days, expression `--expression`, default `upper` = the 0.9 quantile);
+  the trailing 14 days, expression `--expression`, default `upper`);
+- the quantile of `upper`: `--quantile auto` (default) picks, per trace, among `--candidates` the one
+  with the lowest stated cost (pod-hours + `--unserved-cost` x unserved demand in pod-hours), each
+  simulated with this same set-up on the `--calibration-days` before the window (never the window);
+- a forecast source also finds sub-daily periods (an hourly job), see adapter/forecast/README.md;
 - *oracle* has perfect foresight: at t it asks for ceil(peak demand over [t, t + 5m + 15 s] / capacity).
 
-Goals: prescaled unserved share <= 0.2 x reactive, prescaled pod-hours <= 1.2 x oracle.
+Goals: prescaled unserved share <= 0.2 x reactive, prescaled pod-hours <= 1.2 x oracle. Also printed:
+the share of ticks where ready capacity is within +-10 % of demand (tracking quality).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -43,6 +50,7 @@ LEAD = 300.0
 STARTUP = "5m"
 PEAK_PODS = 20
 MAX_REPLICAS = 40
+UNSERVED_COST = 20.0  # an unserved pod-hour of demand costs as much as 20 idle pod-hours
 
 
 def hpa_manifest(capacity: str, prescaled: bool) -> dict:
@@ -60,16 +68,32 @@ def hpa_manifest(capacity: str, prescaled: bool) -> dict:
                      "minReplicas": 1, "maxReplicas": MAX_REPLICAS, "behavior": {}, "metrics": metrics}}
 
 
-def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expression: str,
-                quantile: float = 0.9) -> dict:
-    trace = load_trace(path)
+def window_of(trace, days: float, warmup_days: float) -> tuple[float, float, float]:
+    """(start, duration, capacity per pod) of the simulated window of a trace."""
     span_days = (trace.end - trace.start) / 86400
     warm = min(warmup_days, span_days / 3)
     start = trace.start + warm * 86400
     duration = min(days * 86400, trace.end - start)
     window = (trace.timestamps >= start) & (trace.timestamps < start + duration)
     peak = float(trace.values[window].max())
-    capacity = f"{max(peak / PEAK_PODS, 0.001):.3f}"  # a quantity with milli precision
+    return start, duration, float(f"{max(peak / PEAK_PODS, 0.001):.3f}")  # a quantity with milli precision
+
+
+def within(run, demand: np.ndarray, capacity: float, band: float = 0.1) -> float:
+    """Share of ticks (with demand) where ready capacity is within +-band of demand."""
+    busy = demand > 0
+    ready = run.ready[busy] * capacity
+    return float(np.mean(np.abs(ready - demand[busy]) <= band * demand[busy]))
+
+
+def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expression: str,
+                quantile: float = 0.9, start: float | None = None, duration: float | None = None,
+                capacity_value: float | None = None) -> dict:
+    trace = load_trace(path)
+    w_start, w_duration, w_capacity = window_of(trace, days, warmup_days)
+    start = w_start if start is None else start
+    duration = w_duration if duration is None else duration
+    capacity = f"{(w_capacity if capacity_value is None else capacity_value):.3f}"
     vm = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps-forecast"},
           "spec": {"defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"}}
     doc = {
@@ -95,9 +119,66 @@ def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expre
     result = run_scenario(scenario, prescaler=model)
     elapsed = time.perf_counter() - began
     s = result.summaries
-    return {"trace": path.name, "step": trace.step, "days": duration / 86400, "capacity": float(capacity),
-            "ticks": scenario.ticks, "seconds": elapsed,
-            "reactive": s["reactive"], "prescaled": s["scenario"], "oracle": s["oracle"]}
+    assert result.demand is not None
+    cap = float(capacity)
+    return {"trace": path.name, "step": trace.step, "days": duration / 86400, "capacity": cap,
+            "ticks": scenario.ticks, "seconds": elapsed, "quantile": quantile,
+            "reactive": s["reactive"], "prescaled": s["scenario"], "oracle": s["oracle"],
+            "within": {name: within(run, result.demand, cap) for name, run in result.runs.items()}}
+
+
+def frontier(path: Path, days: float, warmup_days: float, reactive_unserved: float) -> tuple[float, str]:
+    """How cheap can any look-back policy be at the unserved goal? An idealised check, no HPA:
+
+    at each bin, hold ceil(q-quantile of the last W bins known a lead earlier / capacity) pods (W from
+    1 hour to 1 day, q from 0.5 to 0.99); the cheapest one whose unserved share is <= 0.2 x the reactive
+    run's, in pod-hours relative to the same idealised oracle (ceil(peak of this bin and the next /
+    capacity)). If even this misses 1.2, no forecast-driven setting can meet both goals on the trace.
+    """
+    trace = load_trace(path)
+    start, duration, capacity = window_of(trace, days, warmup_days)
+    i0 = int(np.searchsorted(trace.timestamps, start))
+    i1 = int(np.searchsorted(trace.timestamps, start + duration))
+    x = trace.values[i0:i1]
+    oracle = np.ceil(np.maximum(x, np.append(x[1:], x[-1])) / capacity - 1e-9).sum()
+    lag = max(1, math.ceil(LEAD / trace.step))  # the newest bin known when pods must be started
+    best, label = math.inf, "none meets the unserved goal"
+    for hours in (1, 3, 6, 24):
+        w = max(2, round(hours * 3600 / trace.step))
+        if i0 - lag - w < 0:
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(trace.values[i0 - lag - w + 1: i1 - lag + 1], w)
+        windows = windows[: len(x)]
+        for q in (0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99):
+            pods = np.ceil(np.quantile(windows, q, axis=1) / capacity - 1e-9)
+            unserved = float(np.maximum(x - pods * capacity, 0).sum() / x.sum())
+            ratio = float(pods.sum() / oracle)
+            if unserved <= 0.2 * reactive_unserved and ratio < best:
+                best, label = ratio, f"W={hours}h q={q:g}: unserved {unserved:.2%}"
+    return best, label
+
+
+def cost(r: dict, unserved_cost: float) -> float:
+    """Stated cost in pod-hours: every pod-hour, plus `unserved_cost` per pod-hour of unserved demand."""
+    pr = r["prescaled"]
+    demand_pod_hours = r["oracle"].pod_hours  # ~ the demand expressed in pods
+    return pr.pod_hours + unserved_cost * pr.unserved_share * demand_pod_hours
+
+
+def choose_quantile(path: Path, days: float, warmup_days: float, refit: float, expression: str,
+                    candidates: tuple[float, ...], unserved_cost: float, calibration_days: float
+                    ) -> tuple[float, dict[float, float]]:
+    """The quantile with the lowest stated cost, simulated on the days just before the window
+    (what the target's own recent history says; the window itself is never looked at)."""
+    trace = load_trace(path)
+    start, _, capacity = window_of(trace, days, warmup_days)
+    cal_start = max(trace.start + 2 * 86400, start - calibration_days * 86400)
+    costs = {}
+    for q in candidates:
+        r = bench_trace(path, days, warmup_days, refit, expression, q, start=cal_start,
+                        duration=start - cal_start, capacity_value=capacity)
+        costs[q] = cost(r, unserved_cost)
+    return min(costs, key=lambda q: costs[q]), costs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,29 +188,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=7.0, help="history-only days before the window")
     parser.add_argument("--refit", default="30m", help="forecast refit period (default 30m)")
     parser.add_argument("--expression", default="upper", help="VME expression over forecast/lower/upper")
-    parser.add_argument("--quantile", type=float, default=0.9, help="forecast interval quantile (upper)")
+    parser.add_argument("--quantile", default="auto",
+                        help="forecast interval quantile (upper), or auto: per trace, the candidate with the "
+                             "lowest stated cost simulated on the days before the window (default auto)")
+    parser.add_argument("--candidates", default="0.8,0.9,0.95", help="quantiles auto chooses from")
+    parser.add_argument("--unserved-cost", type=float, default=UNSERVED_COST,
+                        help="cost of one pod-hour of unserved demand, in idle pod-hours")
+    parser.add_argument("--calibration-days", type=float, default=2.0)
+    parser.add_argument("--frontier", action="store_true",
+                        help="also print the idealised look-back policy frontier (is the goal reachable?)")
     args = parser.parse_args(argv)
     paths = args.traces or sorted(TRACES.glob("*.csv"))
     refit = parse_duration(args.refit)
-    header = (f"{'trace':44} {'days':>5} {'cap':>8} | {'unserved: reactive':>18} {'prescaled':>9} "
+    header = (f"{'trace':44} {'days':>5} {'q':>5} | {'unserved: reactive':>18} {'prescaled':>9} "
               f"{'oracle':>7} {'ratio':>6} | {'pod-h: reactive':>15} {'prescaled':>9} {'oracle':>8} "
-              f"{'ratio':>6} | {'goals':>5} {'sec':>5}")
+              f"{'ratio':>6} | {'+-10%: react':>12} {'presc':>6} {'oracle':>6} | {'goals':>5} {'sec':>5}")
     print(header)
     print("-" * len(header))
     all_ok = True
+    chosen: list[str] = []
+    frontiers: list[str] = []
     for path in paths:
-        r = bench_trace(path, args.days, args.warmup, refit, args.expression, args.quantile)
+        if args.quantile == "auto":
+            candidates = tuple(float(q) for q in args.candidates.split(","))
+            quantile, costs = choose_quantile(path, args.days, args.warmup, refit, args.expression, candidates,
+                                              args.unserved_cost, args.calibration_days)
+            chosen.append(f"{path.name}: " + ", ".join(f"q={q:g} cost {c:.1f}" for q, c in costs.items())
+                          + f" -> {quantile:g}")
+        else:
+            quantile = float(args.quantile)
+        r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile)
         re, pr, orc = r["reactive"], r["prescaled"], r["oracle"]
         u_ratio = pr.unserved_share / re.unserved_share if re.unserved_share else float("inf")
         h_ratio = pr.pod_hours / orc.pod_hours
         ok = (pr.unserved_share <= 0.2 * re.unserved_share) and h_ratio <= 1.2
         all_ok &= ok
-        print(f"{r['trace']:44} {r['days']:5.1f} {r['capacity']:8.3f} | {re.unserved_share:18.4%} "
+        if args.frontier:
+            best, label = frontier(path, args.days, args.warmup, re.unserved_share)
+            frontiers.append(f"  {path.name}: cheapest at unserved <= 0.2 x reactive: {best:.2f} x oracle ({label})")
+        w = r["within"]
+        print(f"{r['trace']:44} {r['days']:5.1f} {quantile:5.2f} | {re.unserved_share:18.4%} "
               f"{pr.unserved_share:9.4%} {orc.unserved_share:7.3%} {u_ratio:6.2f} | {re.pod_hours:15.1f} "
-              f"{pr.pod_hours:9.1f} {orc.pod_hours:8.1f} {h_ratio:6.2f} | {'ok' if ok else 'MISS':>5} "
-              f"{r['seconds']:5.1f}")
-    print("\nunserved = demand above ready capacity / total demand; pod-hours count starting pods too.")
+              f"{pr.pod_hours:9.1f} {orc.pod_hours:8.1f} {h_ratio:6.2f} | {w['reactive']:12.1%} "
+              f"{w['scenario']:6.1%} {w['oracle']:6.1%} | {'ok' if ok else 'MISS':>5} {r['seconds']:5.1f}")
+    print("\nunserved = demand above ready capacity / total demand; pod-hours count starting pods too;")
+    print("+-10% = share of ticks where ready capacity is within 10 % of demand.")
     print("goals: prescaled unserved <= 0.2 x reactive (ratio column <= 0.20), pod-hours <= 1.2 x oracle.")
+    if chosen:
+        print(f"quantile chosen per trace (stated cost: pod-hours + {args.unserved_cost:g} x unserved pod-hours, "
+              f"simulated on the {args.calibration_days:g} days before the window):")
+        for line in chosen:
+            print(f"  {line}")
+    if frontiers:
+        print("idealised look-back policies (no HPA, no start-up; pods = ceil(q-quantile of the last W bins known "
+              "a lead earlier / capacity)):")
+        print("\n".join(frontiers))
     return 0 if all_ok else 1
 
 

@@ -223,8 +223,11 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     crs = {("prescaler.pingpong.ai", res, verb, "") for res in kinds for verb in ("get", "list", "watch")}
     status = {("prescaler.pingpong.ai", f"{res}/status", verb, "") for res in kinds for verb in ("update", "patch")}
     leases = {("coordination.k8s.io", "leases", verb, NAMESPACE) for verb in ("get", "create", "update")}
+    # leadTime: Auto reads the scale target's pods (read-only).
+    lead = {(group, res, verb, "") for group, res in (("apps", "deployments"), ("apps", "replicasets"), ("", "pods"))
+            for verb in ("get", "list")}
     hpas = {("autoscaling", "horizontalpodautoscalers", verb, "") for verb in ("get", "list", "watch")}  # read-only
-    assert granted == crs | status | leases | hpas
+    assert granted == crs | status | leases | lead | hpas
     assert not any(g[1] == "secrets" for g in granted)
 
 

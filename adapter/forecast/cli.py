@@ -15,7 +15,7 @@ import numpy as np
 
 from ..durations import DurationError, parse_duration
 from . import MODELS, fit_predict
-from .evaluate import pick_origins, score
+from .evaluate import pick_origins, score, score_fused
 from .io import SeriesError, read_series
 
 EXIT_BAD_INPUT = 2
@@ -48,6 +48,9 @@ def add_parsers(subparsers: Any) -> None:
                     help="season length, e.g. 24h or 168h (default: detected from the history)")
     bt.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile in (0.5, 1); lower is 1-Q")
     bt.add_argument("--origins", default="48", metavar="N", help="number of rolling origins (>= 1)")
+    bt.add_argument("--regressor", action="append", default=[], metavar="NAME=FILE.csv",
+                    help="an announced series (timestamp,value CSV; 0 where nothing was announced) whose "
+                         "effect per unit is fitted and shown; repeatable")
     bt.set_defaults(func=run_backtest)
 
 
@@ -110,7 +113,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     try:
         if not args.history:
             raise _BadInput("--history FILE.csv is required")
-        _, values, step, horizon, season, quantile = _common(args, args.history)
+        timestamps, values, step, horizon, season, quantile = _common(args, args.history)
         try:
             count = int(args.origins)
         except ValueError:
@@ -120,6 +123,12 @@ def run_backtest(args: argparse.Namespace) -> int:
         origins = pick_origins(len(values), step, horizon, count=count,
                                min_history=max(2, min(len(values) // 2, len(values) - horizon - 1)))
         rows = [score(values, step, horizon, args.model, origins, season, quantile)]
+        effects = None
+        if args.regressor:
+            names, events = _regressors(args.regressor, timestamps, step)
+            fused, effects = score_fused(values, events, names, step, horizon, args.model, origins, season,
+                                         quantile)
+            rows.insert(0, fused)
         if args.model != "seasonalNaive":
             rows.append(score(values, step, horizon, "seasonalNaive", origins, season, quantile))
         if args.model != "lastValue":
@@ -133,10 +142,36 @@ def run_backtest(args: argparse.Namespace) -> int:
     for r in rows:
         used = " ".join(f"{k}:{v}" for k, v in sorted(r.chosen.items()))
         print(f"{r.model},{r.mase:.4f},{r.mae:.4g},{r.coverage:.3f},{r.within:.3f},{used}")
-    base = rows[1] if len(rows) > 1 else rows[0]
-    if base is not rows[0] and base.mae > 0:
-        print(f"# MAE ratio {args.model}/seasonalNaive = {rows[0].mae / base.mae:.3f}")
+    base = next((r for r in rows if r.model == "seasonalNaive"), None)
+    if base is not None and base is not rows[0] and base.mae > 0:
+        print(f"# MAE ratio {rows[0].model}/seasonalNaive = {rows[0].mae / base.mae:.3f}")
+    if effects is not None:
+        print("regressor,coefficient,stderr,samples")
+        for row in effects.as_dict():  # type: ignore[attr-defined]
+            print(f"{row['name']},{row['coefficient']:g},{row.get('stderr', '')},{row['samples']}")
     return 0
+
+
+def _regressors(specs: list[str], timestamps: np.ndarray, step: float) -> tuple[list[str], np.ndarray]:
+    """NAME=FILE.csv -> names and the announced values on the trace's timestamps (0 = none)."""
+    names, columns = [], []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise _BadInput(f"--regressor {spec!r}: expected NAME=FILE.csv")
+        if name in names:
+            raise _BadInput(f"--regressor {name}: given twice")
+        try:
+            stamps, values, _ = read_series(path)
+        except SeriesError as exc:
+            raise _BadInput(f"--regressor {name}: {exc}") from None
+        idx = np.clip(np.searchsorted(stamps, timestamps), 0, len(stamps) - 1)
+        prev = np.clip(idx - 1, 0, len(stamps) - 1)
+        pick = np.where(np.abs(stamps[prev] - timestamps) < np.abs(stamps[idx] - timestamps), prev, idx)
+        close = np.abs(stamps[pick] - timestamps) <= step / 2
+        names.append(name)
+        columns.append(np.where(close & np.isfinite(values[pick]), values[pick], 0.0))
+    return names, np.column_stack(columns)
 
 
 def _fmt_ts(ts: float) -> str:

@@ -125,6 +125,9 @@ def candidates_for(model: str, prep: Prepared, horizon: int, season: float | Non
             seasons = [m] if m else []
         else:
             note = _auto_season_note(seasons, prep.step, n_steps)
+        # Sub-daily periods found in the data (an hourly job): seasonal naive and seasonal level.
+        seasons = seasons + sorted({m for m in prep.short_season if m is not None and m > horizon // 4
+                                    and m not in seasons})
         for m in seasons:
             if m <= history:
                 cands.append(seasonal_naive_candidate(m))

@@ -80,3 +80,37 @@ def scores_from(values: np.ndarray, step: float, horizon: int, model: str, origi
                   coverage=float(np.mean(actual[ok] <= upper[ok])),
                   within=float(np.mean((actual[ok] <= upper[ok]) & (actual[ok] >= lower[ok]))),
                   chosen=chosen)
+
+
+def score_fused(values: np.ndarray, events: np.ndarray, names: list[str], step: float, horizon: int,
+                model: str, origins: np.ndarray, season: float | None = None,
+                quantile: float = 0.9) -> tuple[Scores, object]:
+    """`score` with announced regressors (T, k): at each origin the effects are fitted on that
+    origin's window only, the announced values of the next `horizon` steps are known (announced
+    ahead). Returns the scores and the effects fitted at the last origin."""
+    from .regressors import add_effects, fit_effects, remove_effects
+
+    batch = window_batch(values, origins, step)
+    length = batch.shape[1]
+    cleaned, effects_of, futures = [], [], []
+    for row, origin in zip(batch, origins):
+        x = events[origin - length + 1: origin + 1]
+        effects = fit_effects(row, x, names)
+        cleaned.append(remove_effects(row, x, effects))
+        effects_of.append(effects)
+        futures.append(events[origin + 1: origin + 1 + horizon])
+    base = fit_predict_many(np.stack(cleaned), step, horizon, model=model, season=season, quantile=quantile)
+    fused = []
+    for res, effects, future in zip(base, effects_of, futures):
+        f, lo, up = add_effects(res.forecast, res.lower, res.upper, future, effects, quantile,
+                                bool(np.all(values[np.isfinite(values)] >= 0)))
+        fused.append(_Fused(f, lo, up, res.model))
+    return scores_from(values, step, horizon, f"{model}+regressors", origins, fused), effects_of[-1]
+
+
+@dataclass(frozen=True)
+class _Fused:
+    forecast: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    model: str

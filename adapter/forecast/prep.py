@@ -27,6 +27,7 @@ class Prepared:
     observed: np.ndarray    # (n, T) bool, False where the caller gave NaN
     step: float             # seconds between points
     nonnegative: np.ndarray  # (n,) bool: every observed value >= 0 (request rates, CPU ...)
+    short_season: tuple[int | None, ...] = ()  # per series: a sub-daily period in steps (cron-like)
 
 
 def validate(values: np.ndarray, step: float, horizon: int, quantile: float) -> np.ndarray:
@@ -76,8 +77,46 @@ def fill_gaps(arr: np.ndarray, step: float) -> Prepared:
             ok = observed[row]
             filled[row] = np.interp(positions, positions[ok], arr[row, ok])
         nonneg = np.all(np.where(observed, arr, 0.0) >= 0, axis=1)
-    return Prepared(filled=despike(filled), raw=filled, observed=observed, step=float(step),
-                    nonnegative=nonneg)
+    short = tuple(short_season(row, float(step)) for row in filled)
+    # A spike that comes back every period (an hourly job) is the pattern, not an outlier: keep it.
+    keep = np.array([m is not None for m in short])
+    cleaned = despike(filled)
+    if keep.any():
+        cleaned = np.where(keep[:, None], filled, cleaned)
+    return Prepared(filled=cleaned, raw=filled, observed=observed, step=float(step),
+                    nonnegative=nonneg, short_season=short)
+
+
+SHORT_SEASON_MAX = 6 * 3600.0  # longest sub-daily period looked for
+SHORT_SEASON_WINDOW = 3 * 86400.0  # recent history it is looked for in
+SHORT_SEASON_MIN_CORR = 0.4
+SHORT_SEASON_MARGIN = 0.2
+
+
+def short_season(y: np.ndarray, step: float) -> int | None:
+    """A period shorter than a day (in steps) that the recent history clearly repeats, or None.
+
+    Hourly cron jobs, batch runs every 15 minutes: a daily profile smooths them away and the spike
+    filter would delete them. The period m must correlate well (>= 0.4) and clearly better than
+    every shorter lag from m/2 on (a smooth series correlates best at lag 1 and never qualifies).
+    """
+    window = int(min(len(y), max(SHORT_SEASON_WINDOW / step, 0)))
+    max_lag = int(min(SHORT_SEASON_MAX / step, window // 4))
+    if max_lag < 3:
+        return None
+    x = y[-window:] - y[-window:].mean()
+    power = float((x * x).sum())
+    if power <= 0:
+        return None
+    size = 1 << int(np.ceil(np.log2(2 * len(x))))
+    spectrum = np.fft.rfft(x, size)
+    acf = np.fft.irfft(spectrum * np.conj(spectrum), size)[: max_lag + 1] / power
+    best, best_corr = None, SHORT_SEASON_MIN_CORR
+    for m in range(3, max_lag + 1):
+        shorter = acf[max(1, m // 2): m]
+        if acf[m] >= best_corr and acf[m] >= shorter.max() + SHORT_SEASON_MARGIN:
+            best, best_corr = m, float(acf[m])
+    return best
 
 
 SPIKE_THRESHOLD = 20.0

@@ -22,7 +22,8 @@ def condition(kind: str, ok: bool | None, reason: str, message: str, generation:
             "reason": reason, "message": message[:32768], "observedGeneration": generation}
 
 
-def metric_status(state: MetricState, names: MetricNames, published: Published) -> dict[str, Any]:
+def metric_status(state: MetricState, names: MetricNames, published: Published,
+                  lead_times: Any = None) -> dict[str, Any]:
     gen = state.generation
     status: dict[str, Any] = {"observedGeneration": gen, "targets": 0}
     conflict = names.conflicts.get(state.name)
@@ -34,6 +35,9 @@ def metric_status(state: MetricState, names: MetricNames, published: Published) 
         status["metricName"] = state.metric.metric_name  # the CRD's Metric column: spec.name may default
         status["targets"] = published.target_count(state.metric.metric_name)
         status["conditions"] = [condition("Ready", True, "Valid", "metric is served", gen)]
+    learned = lead_times.status(state.metric) if lead_times is not None and state.metric is not None else None
+    if learned is not None:
+        status["learnedLeadTime"] = learned  # leadTime: Auto (adapter.store.leadtime)
     return status
 
 
@@ -83,6 +87,9 @@ def event_status(state: EventState, published: Published, now: float) -> dict[st
     }
     if health is not None and health.last_success is not None:
         status["lastSuccessfulFetchTime"] = rfc3339(health.last_success)
+    effects = getattr(runner.source, "last_effects", None) if runner else None
+    if effects:
+        status["regressors"] = effects  # forecast regressors: fitted effect per announced unit
     return status
 
 
@@ -91,9 +98,10 @@ def is_stale(state: EventState, now: float) -> bool:
 
 
 def all_statuses(metrics: Mapping[str, MetricState], events: Mapping[str, EventState], published: Published,
-                 now: float) -> Statuses:
+                 now: float, lead_times: Any = None) -> Statuses:
     names = resolve_metric_names(metrics.values())
-    out: Statuses = {(KIND_METRIC, n): (s.generation, metric_status(s, names, published)) for n, s in metrics.items()}
+    out: Statuses = {(KIND_METRIC, n): (s.generation, metric_status(s, names, published, lead_times))
+                     for n, s in metrics.items()}
     for name, state in events.items():
         out[(KIND_EVENT, name)] = (state.generation, event_status(state, published, now))
     return out

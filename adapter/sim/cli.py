@@ -113,6 +113,9 @@ def _print_summary(result: Any) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
     for note in result.notes:
         print(f"note: {note}")
+    for name, lead in getattr(result.scenario, "learned_lead_times", {}).items():
+        print(f"note: VirtualMetric/{name} leadTime Auto -> {lead.seconds:g}s (p90 start-up "
+              f"{lead.startup or 0:g}s of {len(lead.pods)} pods + sync {lead.sync_period:g}s + ramp {lead.ramp:g}s)")
 
 
 def _fmt(value: float | None, spec: str) -> str:

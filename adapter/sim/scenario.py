@@ -80,6 +80,8 @@ class Scenario:
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     baselines: Baselines = field(default_factory=Baselines)
+    # VirtualMetric name -> the lead learnt for `leadTime: Auto` (adapter.store.leadtime's rule)
+    learned_lead_times: dict[str, Any] = field(default_factory=dict)
 
     @property
     def times(self) -> np.ndarray:
@@ -142,6 +144,7 @@ def parse_scenario(doc: Any, base_dir: Path | None = None) -> Scenario:
             raise ValidationError(f"metrics.{name}", f"{len(source.values)} values for {ticks} ticks")
 
     manifests = _manifests(doc.get("manifests"), doc.get("manifestFiles"), base_dir)
+    manifests, learned = _resolve_auto_lead_times(manifests, hpa, workload)
     if any(m.kind == "prescaler" for m in metrics.values()) and not manifests:
         raise ValidationError("manifests", "a metric comes from the prescaler: give the VirtualMetric and "
                               "VirtualMetricEvent manifests (manifests or manifestFiles)")
@@ -152,7 +155,35 @@ def parse_scenario(doc: Any, base_dir: Path | None = None) -> Scenario:
         forecast=_forecast(doc.get("forecast")),
         controller=_controller(doc.get("controller")),
         baselines=_baselines(doc.get("baselines")),
+        learned_lead_times=learned,
     )
+
+
+AUTO_LEAD_SAMPLES = 50  # simulated pods whose start-up the rule sees (as many as it keeps in a cluster)
+
+
+def _resolve_auto_lead_times(manifests: list[Mapping[str, Any]], hpa: HpaSpec, workload: Workload
+                             ) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+    """`leadTime: Auto` in the simulator: the cluster rule applied to the workload model's pods.
+
+    Start-up delays of AUTO_LEAD_SAMPLES pods are drawn from `workload.startupDelay` (its own seed),
+    then lead = p90 start-up + sync period + the ramp the HPA's scale-up policy needs; the manifest
+    gets that value in seconds."""
+    from adapter.store.leadtime import learn_lead_time
+
+    learned: dict[str, Any] = {}
+    out: list[Mapping[str, Any]] = []
+    for doc in manifests:
+        spec = doc.get("spec") if isinstance(doc, Mapping) else None
+        if doc.get("kind") == "VirtualMetric" and isinstance(spec, Mapping) and spec.get("leadTime") == "Auto":
+            delays = workload.startup_delay.sampler().draw(AUTO_LEAD_SAMPLES)
+            estimate = learn_lead_time([(f"sim-pod-{i}", d) for i, d in enumerate(delays)], hpa,
+                                       max(workload.replicas, hpa.min_replicas, 1))
+            name = str((doc.get("metadata") or {}).get("name", ""))
+            learned[name] = estimate
+            doc = {**doc, "spec": {**spec, "leadTime": f"{estimate.seconds:.3f}s"}}
+        out.append(doc)
+    return out, learned
 
 
 # ---------------------------------------------------------------- sections

@@ -126,10 +126,11 @@ class ForecastConfig:
     horizon: float
     step: float | None  # output step; None = the history step
     quantile: float
+    regressors: tuple[Any, ...] = ()  # adapter.sources.forecast_regressors.RegressorConfig
 
 
 def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
-    reject_unknown(spec, ("history", "model", "season", "horizon", "step", "quantile"), path)
+    reject_unknown(spec, ("history", "model", "season", "horizon", "step", "quantile", "regressors"), path)
     if "history" not in spec:
         raise ValidationError(f"{path}.history", "required: {prometheus: {...}} or {api: {...}}")
     history = _parse_history(spec["history"], f"{path}.history")
@@ -150,8 +151,13 @@ def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
     if isinstance(history, PrometheusHistory) and history.length / history.step > MAX_HISTORY_POINTS:
         raise ValidationError(f"{path}.history.prometheus.length",
                               f"more than {MAX_HISTORY_POINTS} points at step {history.step:g}s")
+    regressors: tuple[Any, ...] = ()
+    if spec.get("regressors") is not None:
+        from adapter.sources.forecast_regressors import parse_regressors
+
+        regressors = parse_regressors(spec["regressors"], f"{path}.regressors", _parse_history)
     return ForecastConfig(history=history, model=model, season=season, horizon=horizon, step=step,
-                          quantile=quantile)
+                          quantile=quantile, regressors=regressors)
 
 
 def _parse_history(raw: Any, path: str) -> PrometheusHistory | ApiHistory:
@@ -281,7 +287,8 @@ class ForecastSource(Source):
     @classmethod
     def value_names(cls, config: Any) -> frozenset[str]:
         """Every forecast item carries exactly these values; expressions are checked against them."""
-        return frozenset({"forecast", "lower", "upper"})
+        extra = {"baseline", "events"} if getattr(config, "regressors", ()) else set()
+        return frozenset({"forecast", "lower", "upper"} | extra)
 
     def __init__(self, config: ForecastConfig, common: CommonSourceSettings, context: SourceContext):
         super().__init__(config, common, context)
@@ -295,6 +302,16 @@ class ForecastSource(Source):
             self._http = HttpClient(history.http.tls, allow_link_local=allow)
         self.last_model_note: str = ""
         self.last_warnings: list[str] = []
+        # Fitted effect of each announced regressor, per series (for the VirtualMetricEvent status).
+        self.last_effects: list[dict[str, Any]] = []
+        self._regressors: Any = None
+        self._regressor_data: Any = None
+        if config.regressors:
+            from adapter.sources.forecast_regressors import RegressorReader
+
+            self._regressors = RegressorReader(
+                config.regressors, lambda h: ForecastSource(ForecastConfig(h, "auto", None, 3600.0, None, 0.9),
+                                                            common, context), common, context)
 
     @property
     def fetch_deadline(self) -> float:
@@ -346,6 +363,8 @@ class ForecastSource(Source):
         except ImportError as exc:
             raise SourceError(f"forecast models are not available: {exc}") from None
         series, history_step = await self._history(now)
+        if self._regressors is not None:
+            self._regressor_data = await self._regressors.fetch(now)
         if not series:
             raise SourceError("history query returned no series")
         step = self.config.step or history_step
@@ -379,16 +398,43 @@ class ForecastSource(Source):
             groups.setdefault((last, grid.size), []).append((labels, grid))
         items: list[Item] = []
         notes: list[str] = []
+        effects: list[dict[str, Any]] = []
         for (last, _size), members in groups.items():
             # History that ends before now (scrape gap, late data) is bridged: forecast far enough
             # to still cover [now, now + horizon].
             total = max(0, math.floor((now - last) / step)) + horizon_steps
-            for labels, result in self._fit_group(fit_many, members, step, total, warnings):
+            if self._regressor_data is not None:
+                fitted = self._fit_fused(members, last, step, total, warnings)
+                effects.extend({"series": _describe_labels(labels), "regressors": r.effects.as_dict()}
+                               for labels, r in fitted)
+            else:
+                fitted = self._fit_group(fit_many, members, step, total, warnings)
+            for labels, result in fitted:
                 items.extend(_items_for(labels, last, step, now, result))
                 season = f", season {result.season:g}s" if result.season else ""
                 note = f": {result.note}" if result.note else ""
                 notes.append(f"{_describe_labels(labels)} {result.model}{season}{note}")
+        self.last_effects = effects
         return items, notes, warnings
+
+    def _fit_fused(self, members: list[tuple[dict[str, str], np.ndarray]], last: float, step: float,
+                   total: int, warnings: list[str]) -> list[tuple[dict[str, str], Any]]:
+        """One series at a time with the announced regressors (adapter.forecast.regressors)."""
+        from adapter.forecast.regressors import fit_predict_fused
+
+        data = self._regressor_data
+        config: ForecastConfig = self.config
+        out = []
+        for labels, grid in members:
+            try:
+                result = fit_predict_fused(grid, step, total, data.on_grid(last, step, grid.size),
+                                           data.ahead(last, step, total), data.names, model=config.model,
+                                           season=config.season, quantile=config.quantile)
+            except (ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
+                warnings.append(f"series {_describe_labels(labels)}: {exc}")
+                continue
+            out.append((labels, result))
+        return out
 
     def _fit_group(self, fit_many: Any, members: list[tuple[dict[str, str], np.ndarray]], step: float,
                    total: int, warnings: list[str]) -> list[tuple[dict[str, str], Any]]:
@@ -412,6 +458,8 @@ class ForecastSource(Source):
             await self._prometheus.aclose()
         if self._http is not None:
             await self._http.aclose()
+        if self._regressors is not None:
+            await self._regressors.close()
 
 
 def _items_for(labels: Mapping[str, str], last: float, step: float, now: float, result: Any) -> list[Item]:
@@ -422,12 +470,13 @@ def _items_for(labels: Mapping[str, str], last: float, step: float, now: float, 
     keep = (starts + step > now) & np.isfinite(forecast) & np.isfinite(lower) & np.isfinite(upper)
     keep &= (np.abs(forecast) <= MAX_ABS_VALUE) & (np.abs(lower) <= MAX_ABS_VALUE) & (np.abs(upper) <= MAX_ABS_VALUE)
     items = []
+    baseline = getattr(result, "baseline", None)  # a fused forecast: the events' effect apart
     for k in np.flatnonzero(keep):
         start = float(starts[k])
-        items.append(Item(start=start, end=start + step,
-                          values={"forecast": float(forecast[k]), "lower": float(lower[k]),
-                                  "upper": float(upper[k])},
-                          labels=dict(labels)))
+        values = {"forecast": float(forecast[k]), "lower": float(lower[k]), "upper": float(upper[k])}
+        if baseline is not None:
+            values.update(baseline=float(baseline[k]), events=float(forecast[k] - baseline[k]))
+        items.append(Item(start=start, end=start + step, values=values, labels=dict(labels)))
     if items and items[0].start > now:
         # The first forecast step begins up to one step after now; let it cover the gap so there is
         # never a moment without a forecast.
