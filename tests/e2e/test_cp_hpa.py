@@ -140,7 +140,7 @@ def test_hpa_scales_up_before_the_window_and_down_after(plane: ControlPlane, see
     ns, name = "scale-ahead", "web"
     announcer = Announcer()
     try:
-        plane.kubectl("patch", "vm", "rps", "--type=merge", "-p", f'{{"spec":{{"leadTime":"{LEAD_TIME}s"}}}}')
+        plane.kubectl("patch", "virtualmetric", "rps", "--type=merge", "-p", f'{{"spec":{{"leadTime":"{LEAD_TIME}s"}}}}')
         plane.apply({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
                      "metadata": {"name": "scale-ahead"},
                      "spec": {"source": {"api": {"url": announcer.url}, "interval": "5s"},
@@ -182,7 +182,7 @@ def test_hpa_scales_up_before_the_window_and_down_after(plane: ControlPlane, see
         assert t_down >= window_end + SCALE_DOWN_STABILIZATION - 2, lines
     finally:
         announcer.close()
-        plane.kubectl("delete", "vme", "scale-ahead", "--wait=false", check=False)
+        plane.kubectl("delete", "virtualmetricevent", "scale-ahead", "--wait=false", check=False)
 
 
 def test_vme_edit_is_served_within_two_seconds(plane: ControlPlane, seed: dict[str, str]) -> None:
@@ -208,7 +208,7 @@ def test_vme_edit_is_served_within_two_seconds(plane: ControlPlane, seed: dict[s
         delays.append(time.monotonic() - applied)
     log.info("VME edit -> served value through the aggregator: %s s", ", ".join(f"{d:.2f}" for d in delays))
     assert max(delays) < 2.0, delays
-    plane.kubectl("delete", "vme", "edited", "--wait=false")
+    plane.kubectl("delete", "virtualmetricevent", "edited", "--wait=false")
 
 
 @pytest.mark.timeout(600)
@@ -248,4 +248,4 @@ def test_hpa_keeps_replicas_while_prescaler_is_down(plane: ControlPlane, prescal
     lines.append(f"prescaler back at stop {restarted - stopped:+.1f}s; 7 replicas {t_seven - restarted:.1f}s later")
     write_timeline(plane, "resilience-timeline", lines)
     wait_for(lambda: hpa_condition(plane, ns, name, "ScalingActive").get("status") == "True", 30, "ScalingActive")
-    plane.kubectl("delete", "vme", "steady", "--wait=false")
+    plane.kubectl("delete", "virtualmetricevent", "steady", "--wait=false")

@@ -48,18 +48,32 @@ def test_api_resources_lists_rps(plane: ControlPlane, seed: dict[str, str]) -> N
     assert "rps.external.metrics.k8s.io" in result.stdout.split()
 
 
+def printer_columns(plural: str, wide: bool = False) -> list[str]:
+    crd = yaml.safe_load((ROOT / f"deploy/crds/prescaler.pingpong.ai_{plural}.yaml").read_text())
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    return ["NAME"] + [c["name"].upper() for c in columns if wide or not c.get("priority")]
+
+
+def table(plane: ControlPlane, *args: str) -> list[dict[str, str]]:
+    """`kubectl get` output as rows keyed by header (no column here contains spaces)."""
+    lines = plane.kubectl("get", *args).stdout.splitlines()
+    header = lines[0].split()
+    return [dict(zip(header, line.split())) | {"__header__": " ".join(header)} for line in lines[1:]]
+
+
 def test_printer_columns(plane: ControlPlane, seed: dict[str, str]) -> None:
     wait_for(lambda: served(plane, "service-a", "service-a") == ["100"], 30, "values")
-    vm = plane.kubectl("get", "virtualmetric", "rps").stdout.splitlines()
-    assert vm[0].split() == ["NAME", "METRIC", "STRATEGY", "LEADTIME", "TARGETS", "AGE"]
-    assert vm[1].split()[:3] == ["rps", "rps", "Sum"]
-    vme = plane.kubectl("get", "vme", "stage-vme").stdout.splitlines()
-    assert vme[0].split() == ["NAME", "SOURCE", "READY", "ITEMS", "AGE"]
-    wait_for(lambda: plane.kubectl("get", "vme", "stage-vme").stdout.splitlines()[1].split()[:4]
-             == ["stage-vme", "api", "True", "1"], 30, "the VME row to show a healthy api source")
-    wide = plane.kubectl("get", "vme", "stage-vme", "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "SOURCE", "READY", "ITEMS", "STALE", "AGE"]  # Stale has priority 1
-    assert wide[1].split()[4] == "false"
+    rows = wait_for(lambda: (r := table(plane, "virtualmetric", "rps")) and r[0].get("READY") == "True" and r, 30,
+                    "VirtualMetric rps READY True")
+    assert rows[0]["__header__"] == " ".join(printer_columns("virtualmetrics"))
+    assert (rows[0]["NAME"], rows[0]["METRIC"], rows[0]["STRATEGY"], rows[0]["TARGETS"]) == ("rps", "rps", "Sum", "2")
+    rows = wait_for(lambda: (r := table(plane, "virtualmetricevent", "stage-vme")) and r[0].get("READY") == "True"
+                    and r, 30, "VirtualMetricEvent stage-vme READY True")
+    assert rows[0]["__header__"] == " ".join(printer_columns("virtualmetricevents"))
+    assert (rows[0]["SOURCE"], rows[0]["ITEMS"]) == ("api", "1")
+    wide = table(plane, "virtualmetricevent", "stage-vme", "-o", "wide")
+    assert wide[0]["__header__"] == " ".join(printer_columns("virtualmetricevents", wide=True))  # + priority 1
+    assert wide[0]["STALE"] == "false"
 
 
 def _conditions(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -68,19 +82,19 @@ def _conditions(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_status_through_the_status_subresource(plane: ControlPlane, seed: dict[str, str]) -> None:
     def healthy() -> dict[str, Any] | None:
-        doc = plane.get_json("vme", "stage-vme")
+        doc = plane.get_json("virtualmetricevent", "stage-vme")
         conds = _conditions(doc)
         ok = all(conds.get(t, {}).get("status") == "True" for t in ("Ready", "SourceHealthy", "ExpressionsValid"))
         return doc if ok and doc["status"].get("observedGeneration") == doc["metadata"]["generation"] else None
 
     doc = wait_for(healthy, 30, "stage-vme Ready/SourceHealthy/ExpressionsValid = True")
-    doc = plane.get_json("vme", "stage-vme", "--show-managed-fields")
+    doc = plane.get_json("virtualmetricevent", "stage-vme", "--show-managed-fields")
     assert doc["status"]["itemCount"] == 1
     assert doc["status"]["sourceKind"] == "api"
     # Written by prescaler's ServiceAccount through .../status: the managedFields entry says so.
     status_managers = [m for m in doc["metadata"]["managedFields"] if m.get("subresource") == "status"]
     assert status_managers and all(m["operation"] == "Update" for m in status_managers), status_managers
-    vm = wait_for(lambda: (d := plane.get_json("vm", "rps")).get("status", {}).get("targets") and d, 30,
+    vm = wait_for(lambda: (d := plane.get_json("virtualmetric", "rps")).get("status", {}).get("targets") and d, 30,
                   "VirtualMetric rps status.targets")
     assert vm["status"]["targets"] == 2
 
@@ -93,12 +107,12 @@ def test_failed_source_shows_in_status(plane: ControlPlane, prescaler: Prescaler
         entry["resource"]["namespace"] = entry["resource"]["name"] = "unreachable"
     plane.apply(doc)
     try:
-        conds = wait_for(lambda: (c := _conditions(plane.get_json("vme", "unreachable-vme"))).get(
+        conds = wait_for(lambda: (c := _conditions(plane.get_json("virtualmetricevent", "unreachable-vme"))).get(
             "SourceHealthy", {}).get("status") == "False" and c, 60, "SourceHealthy=False")
         assert conds["SourceHealthy"]["reason"] in ("FetchFailed", "Stale")
         assert conds["Ready"]["status"] == "False"
     finally:
-        plane.kubectl("delete", "vme", "unreachable-vme", "--wait=false")
+        plane.kubectl("delete", "virtualmetricevent", "unreachable-vme", "--wait=false")
 
 
 VM = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric"}
@@ -122,7 +136,7 @@ def test_bad_objects_are_rejected_by_the_api_server(plane: ControlPlane, name: s
         assert f'The VirtualMetric "{name}" is invalid' in message, message  # names the object
     for text in expected:
         assert text in message, message
-    assert plane.kubectl("get", "vm", name, check=False).returncode != 0  # nothing was stored
+    assert plane.kubectl("get", "virtualmetric", name, check=False).returncode != 0  # nothing was stored
 
 
 def test_bad_vme_is_rejected_with_the_cel_message(plane: ControlPlane) -> None:

@@ -53,8 +53,8 @@ def probe(users: int) -> dict[str, Any]:
 
 def edit_and_wait_for_status(plane: ControlPlane, users: int) -> None:
     plane.apply(probe(users))
-    generation = plane.get_json("vme", "probe")["metadata"]["generation"]
-    wait_for(lambda: plane.get_json("vme", "probe").get("status", {}).get("observedGeneration") == generation,
+    generation = plane.get_json("virtualmetricevent", "probe")["metadata"]["generation"]
+    wait_for(lambda: plane.get_json("virtualmetricevent", "probe").get("status", {}).get("observedGeneration") == generation,
              60, f"status.observedGeneration {generation}")
 
 
@@ -89,5 +89,5 @@ def test_only_the_lease_holder_writes_status(plane: ControlPlane, prescaler: Pre
         if not prescaler.running():
             prescaler.start()
         second.stop()
-        plane.kubectl("delete", "vme", "probe", "--wait=false", check=False)
+        plane.kubectl("delete", "virtualmetricevent", "probe", "--wait=false", check=False)
     wait_for(lambda: lease_holder(plane).startswith(f"{prescaler.name}_"), 60, "prescaler-a to hold the Lease again")
