@@ -177,6 +177,15 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
 
         # 3. The upstream misbehaves: its metric fails with a Status in bounded time, ours does not.
         with admin_http(plane) as http:
+            # The upstream's own errors come back unchanged (code and Status) through the aggregator.
+            unknown = http.get(metric_path("no-such-metric"))
+            assert unknown.status_code == 404, unknown.text
+            assert unknown.json()["message"] == "upstream: no metric no-such-metric", unknown.text
+            upstream.mode = "error500"
+            failing = http.get(metric_path())
+            assert failing.status_code == 500, failing.text
+            assert failing.json()["message"] == "upstream exploded on purpose", failing.text
+            note("upstream's 404 and 500 Status passed through unchanged")
             upstream.release.clear()
             upstream.mode = "hang"
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
