@@ -151,7 +151,8 @@ def run_serve(args: argparse.Namespace) -> int:
         app, client_cas = build_app(args)
         options = serving_options_from_args(args, log_level=logs.uvicorn_log_level(args.verbosity),
                                             access_log=logs.access_log_enabled(args.verbosity),
-                                            client_ca_pems=client_cas)
+                                            client_ca_pems=client_cas,
+                                            on_listening=_local_kubeconfig_writer(args))
     except (ValueError, OSError, KubeConfigError) as exc:  # includes AuthConfigError and ManifestError
         print(f"prescaler serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -193,9 +194,21 @@ def _prepare_local_tls(args: argparse.Namespace) -> None:
         key_path.touch(mode=0o600)
         key_path.write_bytes(key)
         args.tls_cert_file, args.tls_private_key_file = str(out / "tls.crt"), str(key_path)
-    host = "127.0.0.1" if args.bind_address in ("0.0.0.0", "::", "") else args.bind_address
-    write_kubeconfig(Path(args.write_kubeconfig), f"https://{host}:{args.secure_port}", Path(args.tls_cert_file))
-    log.info("kubeconfig for this server: %s", args.write_kubeconfig)
+
+
+def _local_kubeconfig_writer(args: argparse.Namespace) -> Any:
+    """With --write-kubeconfig: write it once the port is bound (the real one for --secure-port 0)."""
+    if not args.write_kubeconfig:
+        return None
+    from pathlib import Path
+
+    def write(bind_address: str, port: int) -> None:
+        host = "127.0.0.1" if bind_address in ("0.0.0.0", "::", "") else bind_address
+        host = f"[{host}]" if ":" in host else host
+        write_kubeconfig(Path(args.write_kubeconfig), f"https://{host}:{port}", Path(args.tls_cert_file))
+        log.info("kubeconfig for this server: %s", args.write_kubeconfig)
+
+    return write
 
 
 def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = None) -> None:

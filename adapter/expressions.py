@@ -98,26 +98,41 @@ class CompiledExpression:
         evaluator = simpleeval.SimpleEval(names=dict(values), functions=_SCALAR_FUNCTIONS)
         evaluator.operators = {**evaluator.operators, ast.Pow: _bounded_pow}
         try:
-            result = evaluator.eval(self.text, previously_parsed=self.tree.body)
+            return _finite(evaluator.eval(self.text, previously_parsed=self.tree.body))
         except ExpressionError:
             raise
-        except (ZeroDivisionError, OverflowError, ValueError, TypeError, ArithmeticError) as exc:
-            raise ExpressionError(_describe(exc)) from None
         except simpleeval.InvalidExpression as exc:
             raise ExpressionError(str(exc)) from None
-        return _finite(result)
+        except Exception as exc:  # noqa: BLE001 - whatever the type, only this contribution fails
+            # OverflowError (int too large for a float, round(x, 10**20)), ZeroDivisionError,
+            # ValueError, TypeError, MemoryError, RecursionError...: the caller drops this one value.
+            raise ExpressionError(_describe(exc)) from None
 
     def evaluate_many(self, columns: Mapping[str, np.ndarray], size: int) -> np.ndarray:
         """Vectorised evaluation over `size` items. Missing/failed entries come back as NaN."""
         for name in self.names:
             if name not in columns:
                 return np.full(size, np.nan)
-        with np.errstate(all="ignore"):
-            values, failed = _vector_eval(self.tree.body, columns)
-            result = np.broadcast_to(np.asarray(values, dtype=float), (size,)).astype(float)
-            failed = np.broadcast_to(np.asarray(failed, dtype=bool), (size,))
-            ok = ~failed & np.isfinite(result) & (np.abs(result) <= MAX_MAGNITUDE)
-        return np.where(ok, result, np.nan)
+        try:
+            with np.errstate(all="ignore"):
+                values, failed = _vector_eval(self.tree.body, columns)
+                result = np.broadcast_to(np.asarray(values, dtype=float), (size,)).astype(float)
+                failed = np.broadcast_to(np.asarray(failed, dtype=bool), (size,))
+                ok = ~failed & np.isfinite(result) & (np.abs(result) <= MAX_MAGNITUDE)
+            return np.where(ok, result, np.nan)
+        except Exception:  # noqa: BLE001 - never escapes: fall back to one item at a time
+            return self._evaluate_each(columns, size)
+
+    def _evaluate_each(self, columns: Mapping[str, np.ndarray], size: int) -> np.ndarray:
+        """The scalar path item by item, each failure dropping only its own item (NaN)."""
+        out = np.full(size, np.nan)
+        names = sorted(self.names)
+        for index in range(size):
+            try:
+                out[index] = self.evaluate({name: float(columns[name][index]) for name in names})
+            except Exception:  # noqa: BLE001, S112 - ExpressionError or a malformed column: drop it
+                continue
+        return out
 
 
 def compile_expression(text: str, path: str = "", known_names: frozenset[str] | None = None) -> CompiledExpression:
@@ -125,6 +140,8 @@ def compile_expression(text: str, path: str = "", known_names: frozenset[str] | 
 
     Results are cached by text: a VirtualMetricEvent with 1 000 entries usually repeats a few
     expressions, and a CompiledExpression is immutable."""
+    if not isinstance(text, str):
+        raise ValidationError(path, f"expression must be a string, got {type(text).__name__}")
     try:
         return _compile_cached(text, known_names)
     except ValidationError as exc:
@@ -145,6 +162,8 @@ def _compile(text: str, path: str, known_names: frozenset[str] | None) -> Compil
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ValidationError(path, f"invalid expression {text!r}: {exc.msg} at column {exc.offset}") from None
+    except (ValueError, MemoryError, RecursionError) as exc:  # NUL bytes, nesting beyond the parser
+        raise ValidationError(path, f"invalid expression: {_describe(exc)}") from None
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
         raise ValidationError(path, f"expression has more than {MAX_NODES} parts")
@@ -157,13 +176,13 @@ def _compile(text: str, path: str, known_names: frozenset[str] | None) -> Compil
         if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or
                                                not isinstance(node.value, (int, float))):
             raise ValidationError(path, f"only numeric constants are allowed, got {node.value!r}")
-        if isinstance(node, ast.Constant) and not (math.isfinite(float(node.value))  # type: ignore[arg-type]
-                                                   and abs(float(node.value)) <= MAX_MAGNITUDE):  # type: ignore[arg-type]
-            raise ValidationError(path, f"constant {node.value!r} is too large")
+        if isinstance(node, ast.Constant) and not _literal_in_range(node.value):
+            raise ValidationError(path, f"constant {_short(node.value)} is too large: numbers in expressions "
+                                  f"must be finite and within ±{MAX_MAGNITUDE:g}")
         if isinstance(node, ast.Call):
             _check_call(node, path)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) \
-                and abs(float(node.right.value)) > MAX_EXPONENT:  # type: ignore[arg-type]
+                and _literal_in_range(node.right.value) and abs(node.right.value) > MAX_EXPONENT:  # type: ignore[arg-type]
             raise ValidationError(path, f"exponent {node.right.value!r} is larger than {MAX_EXPONENT:g}")
         if isinstance(node, ast.Name) and not _is_function_position(node, tree):
             if node.id in FUNCTION_NAMES:
@@ -175,6 +194,21 @@ def _compile(text: str, path: str, known_names: frozenset[str] | None) -> Compil
             raise ValidationError(path, f"unknown name {', '.join(sorted(unknown))}: this source provides "
                                   + (", ".join(sorted(known_names)) or "no values"))
     return CompiledExpression(text=text.strip(), names=frozenset(names), tree=tree)
+
+
+def _literal_in_range(value: object) -> bool:
+    """A numeric literal that is finite and within ±MAX_MAGNITUDE. Integers are compared as
+    integers: float() of a 309-digit literal raises OverflowError instead of answering."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= MAX_MAGNITUDE
+    return math.isfinite(value) and abs(value) <= MAX_MAGNITUDE
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _check_call(node: ast.Call, path: str) -> None:
@@ -301,14 +335,34 @@ def _vector_eval(node: ast.AST, columns: Mapping[str, np.ndarray]) -> tuple[Any,
         if name == "floor":
             return np.floor(args[0]), bad
         if len(args) == 2:
-            digits = np.asarray(args[1], dtype=float)
-            if digits.ndim:
-                out = np.array([np.round(x, int(d)) for x, d in
-                                np.broadcast(np.asarray(args[0], dtype=float), digits)])
-                return out, bad
-            return np.round(args[0], int(digits)), bad
+            out, bad_round = _vector_round(args[0], args[1])
+            return out, bad | bad_round
         return np.round(args[0]), bad
     raise ExpressionError(f"unsupported expression part {type(node).__name__}")
+
+
+# np.round(x, d) multiplies by 10**d; beyond this many digits that overflows where Python's round()
+# still answers, so such digit counts go through the scalar rule.
+_NUMPY_ROUND_DIGITS = 15
+
+
+def _vector_round(values: Any, digits: Any) -> tuple[Any, Any]:
+    """round(x, d) over arrays: numpy for ordinary digit counts, Python's own rule (and its errors:
+    OverflowError for d beyond a C ssize_t, ValueError/OverflowError for a NaN or infinite d, marked
+    failed) for the rest."""
+    x = np.asarray(values, dtype=float)
+    d = np.asarray(digits, dtype=float)
+    if d.ndim == 0 and math.isfinite(float(d)) and abs(float(d)) <= _NUMPY_ROUND_DIGITS:
+        return np.round(x, int(d)), False
+    xs, ds = np.broadcast_arrays(x, d)
+    out = np.full(xs.shape, np.nan)
+    bad = np.zeros(xs.shape, dtype=bool)
+    for index, (value, ndigits) in enumerate(zip(xs.flat, ds.flat)):
+        try:
+            out.flat[index] = _scalar_round(float(value), float(ndigits))
+        except (OverflowError, ValueError):
+            bad.flat[index] = True
+    return out, bad
 
 
 def _reduce(func: Callable[[Any, Any], Any], args: list[Any]) -> Any:

@@ -15,6 +15,12 @@ k8s.io/apimachinery ``pkg/labels/selector.go`` (its Lexer, Parser and ``NewRequi
 
 Parsing is memoised (:func:`parse_selector` is an ``lru_cache``): every HPA re-sends the same
 selector every 15 s, so the steady-state cost of a GET is one dict lookup.
+
+Size is bounded, because a selector arrives from any client before anything else limits it: at most
+MAX_SELECTOR_LENGTH characters, MAX_REQUIREMENTS terms and MAX_VALUES values in all. A larger one is
+a :class:`SelectorError` (a 400 ``Status``), not the 1.5 MB answer it would select. (apimachinery
+has no such limits; its URLs are bounded by the request size instead. Real HPA selectors are a few
+terms.) Only selectors of up to MAX_CACHED_LENGTH characters are memoised, so the cache stays small.
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ __all__ = [
 
 class SelectorError(ValueError):
     """A label selector that Kubernetes would reject; ``str(err)`` is the upstream-style message."""
+
+
+MAX_SELECTOR_LENGTH = 8192
+MAX_REQUIREMENTS = 64
+MAX_VALUES = 256
+MAX_CACHED_LENGTH = 1024
 
 
 # Operator spellings are selection.Operator's string values (AM pkg/selection/operator.go).
@@ -415,11 +427,12 @@ def _lex(text: str) -> list[Token]:
 # Parser (selector.go Parser): recursive descent over the token list, same error texts.
 
 class _Parser:
-    __slots__ = ("position", "tokens")
+    __slots__ = ("position", "tokens", "values")
 
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.position = 0
+        self.values = 0
 
     def _peek(self, values_context: bool = True) -> Token:
         kind, literal = self.tokens[self.position]
@@ -439,9 +452,15 @@ class _Parser:
             kind, literal = self._peek()
             if kind in (_IDENTIFIER, _NOT):
                 try:
-                    requirements.append(self._requirement())
+                    requirement = self._requirement()
                 except SelectorError as error:
                     raise SelectorError(f"unable to parse requirement: {error}") from None
+                requirements.append(requirement)
+                self.values += len(requirement.values)
+                if len(requirements) > MAX_REQUIREMENTS:
+                    raise SelectorError(f"label selector has more than {MAX_REQUIREMENTS} requirements")
+                if self.values > MAX_VALUES:
+                    raise SelectorError(f"label selector has more than {MAX_VALUES} values in all")
                 kind, literal = self._next()
                 if kind == _END:
                     return requirements
@@ -539,15 +558,27 @@ class _Parser:
         raise SelectorError(f"found '{literal}', expected: identifier")
 
 
-@functools.lru_cache(maxsize=4096)
 def parse_selector(text: str) -> Selector:
     """labels.Parse: the selector for ``text``; ``""`` (or blanks) selects everything.
 
-    Raises :class:`SelectorError` with upstream's message. Results are cached (selectors are
-    immutable), errors are not.
+    Raises :class:`SelectorError` with upstream's message (or a size limit's). Results for short
+    selectors are cached (selectors are immutable), errors are not.
     """
     if not isinstance(text, str):
         raise SelectorError(f"label selector must be a string, not {type(text).__name__}")
+    if len(text) > MAX_CACHED_LENGTH:
+        return _parse_selector(text)
+    return _parse_selector_cached(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_selector_cached(text: str) -> Selector:
+    return _parse_selector(text)
+
+
+def _parse_selector(text: str) -> Selector:
+    if len(text) > MAX_SELECTOR_LENGTH:
+        raise SelectorError(f"label selector is longer than {MAX_SELECTOR_LENGTH} characters")
     # Go's lexer reads a 0 byte as end of input, so "a=b\x00junk" is "a=b" upstream too.
     cut = text.find("\x00")
     if cut >= 0:

@@ -102,3 +102,65 @@ def test_scalar_and_vectorised_paths_agree(text: str, a: float, b: float) -> Non
         assert math.isnan(vector)
         return
     assert vector == pytest.approx(scalar, rel=1e-12, abs=1e-12)
+
+
+# ---------------------------------------------------------------- hostile expressions (nothing escapes)
+
+_EIGHTEEN_FACTORS = " * ".join(["1000000000000000000"] * 18)
+_HOSTILE = [
+    "round(x, 10000000000)", "round(x, 1/0)", "round(x, 0/0 if x else 1)", "round(x, x * 1e18)",
+    "round(x, -x * 1e18)", "round(x, 10 ** 20)", "round(1e18, 400)", "round(x, -400)", _EIGHTEEN_FACTORS,
+    f"x * {_EIGHTEEN_FACTORS}", "x ** 64 ** 64", "(x * 1e18) ** 64", "(-x) ** 0.5", "x % 0", "x // 0",
+    "floor(x * 1e18 * 1e18)", "ceil(1e18 ** 2)", "max(x, 1e18) * 1e18", "abs(-1e18 * 1e18 * 1e18)",
+]
+
+
+@pytest.mark.parametrize("text", _HOSTILE)
+def test_hostile_expressions_never_raise_anything_but_expression_error(text: str) -> None:
+    expr = compile_expression(text)
+    xs = [0.0, 1.5, -2.0, 7.0, 1e18, float("nan")]
+    many = expr.evaluate_many({"x": np.array(xs)}, len(xs))  # must not raise
+    assert many.shape == (len(xs),)
+    for index, x in enumerate(xs):
+        try:
+            one: float | None = expr.evaluate({"x": x})
+        except ExpressionError:
+            one = None
+        if one is None:
+            assert math.isnan(many[index]), (text, x)  # both paths drop the same contributions
+        else:
+            assert math.isfinite(one) and abs(one) <= 1e18
+
+
+def test_vector_path_failure_of_any_type_falls_back_to_item_by_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapter.expressions as expressions
+
+    def explode(node: object, columns: object) -> None:
+        raise MemoryError("simulated")
+
+    expr = compile_expression("10 / x")
+    monkeypatch.setattr(expressions, "_vector_eval", explode)
+    result = expr.evaluate_many({"x": np.array([2.0, 0.0, 5.0])}, 3)
+    assert result[0] == 5.0 and math.isnan(result[1]) and result[2] == 2.0
+
+
+@pytest.mark.parametrize("text", [
+    "9" * 309,                      # beyond the largest float: float() of it raises OverflowError
+    "1" + "0" * 308,
+    "x * " + "9" * 400,
+    "2 ** " + "9" * 309,            # as an exponent too
+    "-" + "9" * 309,
+    "1e309", "x + 1e19",
+])
+def test_out_of_range_literals_are_rejected_with_the_field_path(text: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        compile_expression(text, "spec.metrics[0].value.expression")
+    assert "spec.metrics[0].value.expression" in str(info.value)
+    assert "too large" in str(info.value)
+    assert len(str(info.value)) < 300  # the 309 digits are not echoed back
+
+
+@pytest.mark.parametrize("bad", [["x"], {"a": 1}, 12, None])
+def test_non_string_expressions_are_rejected(bad: object) -> None:
+    with pytest.raises(ValidationError, match="string|empty"):
+        compile_expression(bad, "spec.metrics[0].value.expression")  # type: ignore[arg-type]

@@ -108,3 +108,159 @@ def test_engine_follows_file_changes(tmp_path: Path) -> None:
         await engine.stop()
         return first, second
     assert run(go()) == (4.0, 9.0)
+
+
+# ---------------------------------------------------------------- hostile files and objects
+
+def _laughs(levels: int) -> str:
+    """A "billion laughs" Secret: each level lists the previous one 9 times (9**levels strings)."""
+    lines = ["apiVersion: v1", "kind: Secret", "metadata: {name: lol, namespace: apps}", "stringData:",
+             '  l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, levels):
+        lines.append(f"  l{level}: &l{level} [{','.join([f'*l{level - 1}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_in_a_secret_is_refused_quickly(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_laughs(9))
+    assert len(bomb.read_bytes()) < 600
+    started = time.perf_counter()
+    with pytest.raises(ManifestError, match="aliases expand to more than"):
+        load_documents(bomb)
+    assert time.perf_counter() - started < 5  # a bound, not a benchmark: the expansion is never built
+
+
+def test_alias_bomb_keeps_the_other_files_working(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    _touch(tmp_path / "rps.yaml", GOOD % 1)
+    _touch(tmp_path / "bomb.yaml", _laughs(9))
+    store = ManifestStore(sink, [str(tmp_path)])
+    store.poll()
+    assert "aliases" in store.errors[str(tmp_path / "bomb.yaml")]
+    assert ("VirtualMetric", ["rps"]) in sink.calls
+    with pytest.raises(LookupError):
+        store.resolve_secret("apps", "lol", "l8")
+
+
+def test_ordinary_anchors_and_aliases_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "anchors.yaml"
+    path.write_text(textwrap.dedent("""\
+        kind: VirtualMetricEvent
+        metadata: {name: e, labels: &labels {team: a, tier: web}}
+        spec:
+          metrics:
+            - {name: rps, resource: {name: a, namespace: ns}, labels: *labels}
+            - {name: rps, resource: {name: b, namespace: ns}, labels: *labels}
+        """))
+    [doc] = load_documents(path)
+    assert doc["spec"]["metrics"][1]["labels"] == {"team": "a", "tier": "web"}
+
+
+def test_secret_with_non_mapping_data_does_not_abort_the_reload(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    _touch(tmp_path / "rps.yaml", GOOD % 1)
+    _touch(tmp_path / "odd.yaml", "kind: Secret\nmetadata: {name: odd}\nstringData: [a, b]\ndata: 12\n")
+    store = ManifestStore(sink, [str(tmp_path)])
+    store.poll()
+    assert ("VirtualMetric", ["rps"]) in sink.calls
+    assert store.resolve_secret("apps", "token", "value") == "s3cret"
+
+
+class PickySink(RecordingSink):
+    """A sink that fails on one object, as a bug in object handling would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.applied: list[str] = []
+
+    def resync(self, kind, docs):
+        if any(d["metadata"]["name"] == "bad" for d in docs):
+            raise OverflowError("int too large to convert to float")
+        super().resync(kind, docs)
+
+    def apply(self, doc):
+        if doc["metadata"]["name"] == "bad":
+            raise OverflowError("int too large to convert to float")
+        self.applied.append(doc["metadata"]["name"])
+
+
+def test_one_object_the_sink_cannot_take_never_blocks_the_others(tmp_path: Path) -> None:
+    sink = PickySink()
+    _touch(tmp_path / "a.yaml", GOOD % 1)
+    _touch(tmp_path / "bad.yaml", "kind: VirtualMetric\nmetadata: {name: bad}\nspec: {}\n"
+           "---\nkind: VirtualMetricEvent\nmetadata: {name: ev}\nspec: {}\n")
+    store = ManifestStore(sink, [str(tmp_path)])
+    assert store.poll() is True  # no exception
+    assert sink.calls == [("VirtualMetric", ["rps"]), ("VirtualMetricEvent", ["ev"])]
+
+
+def test_an_unexpected_error_loading_one_file_keeps_the_others(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapter.store.manifests as manifests
+
+    real = manifests.load_documents
+
+    def flaky(path: Path):
+        if path.name == "broken.yaml":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path)
+
+    monkeypatch.setattr(manifests, "load_documents", flaky)
+    sink = RecordingSink()
+    _touch(tmp_path / "broken.yaml", "kind: VirtualMetric\n")
+    _touch(tmp_path / "rps.yaml", GOOD % 1)
+    store = ManifestStore(sink, [str(tmp_path)])
+    store.poll()
+    assert "RecursionError" in store.errors[str(tmp_path / "broken.yaml")]
+    assert ("VirtualMetric", ["rps"]) in sink.calls
+
+
+def test_huge_literal_is_an_object_error_and_other_edits_still_apply(tmp_path: Path) -> None:
+    """A 309-digit literal used to crash `serve` at start and abort the whole reload."""
+    from adapter.engine import Engine
+
+    def event(name: str, target: str, expression: str) -> str:
+        return textwrap.dedent(f"""\
+            apiVersion: prescaler.pingpong.ai/v1
+            kind: VirtualMetricEvent
+            metadata: {{name: {name}}}
+            spec:
+              source: {{schedule: {{items: [{{start: 0, end: 4000000000, values: {{n: 3}}}}]}}}}
+              metrics:
+                - {{name: rps, resource: {{name: {target}, namespace: ns}}, value: {{expression: "{expression}"}}}}
+            """)
+
+    async def go() -> tuple[float, str, float]:
+        engine = Engine()
+        store = ManifestStore(engine, [str(tmp_path)], poll_interval=0.05)
+        _touch(tmp_path / "rps.yaml", GOOD % 0)
+        _touch(tmp_path / "good.yaml", event("good", "a", "n * 2"))
+        _touch(tmp_path / "huge.yaml", event("huge", "b", "n * " + "9" * 309))  # > the largest float
+        await engine.start()
+        store.start()  # used to raise OverflowError here
+
+        async def value_of_a(expected: float) -> float:
+            value = -1.0
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                await settle(engine)
+                values = engine.query("rps", "ns", parse_selector("resource=a")).values
+                value = values[0].value if values else -1.0
+                if value == expected:
+                    break
+            return value
+
+        first = await value_of_a(6.0)
+        error = engine.events["huge"].error or ""
+        _touch(tmp_path / "good.yaml", event("good", "a", "n * 5"))  # an edit in the same reload as ...
+        _touch(tmp_path / "huge.yaml", event("huge", "b", "n * " + "9" * 400))  # ... another bad one
+        second = await value_of_a(15.0)
+        await store.stop()
+        await engine.stop()
+        return first, error, second
+
+    first, error, second = run(go())
+    assert first == 6.0 and second == 15.0
+    assert "VirtualMetricEvent/huge" in error and "spec.metrics[0].value.expression" in error
+    assert "too large" in error

@@ -39,6 +39,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
 MAX_CACHED_RESPONSES = 10_000
+# Bytes, not only entries: the HPA's answers are small and repeated; a large one is computed again.
+MAX_CACHED_BODY_BYTES = 64 * 1024
+MAX_CACHED_TOTAL_BYTES = 32 * 1024 * 1024
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _GROUP_PREFIX = "/apis/" + wire.GROUP
 _VERSION_PREFIX = f"{_GROUP_PREFIX}/{wire.VERSION}"
@@ -60,6 +63,7 @@ class PrescalerApp:
         self._resource_list_cache: tuple[tuple[str, ...], bytes] = ((), wire.api_resource_list(()))
         # (namespace, metric, query) -> (provider snapshot, valid until, status code, body)
         self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes]] = {}
+        self._cached_bytes = 0
         self.fastapi = _build_fastapi(self, lifespan)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -139,10 +143,16 @@ class PrescalerApp:
             await _respond(send, cached[2], cached[3], _JSON)
             return cached[2]
         code, body, valid_until = self._compute_value(query_string, namespace, metric, now)
-        if code != 400:
-            if len(self._responses) >= MAX_CACHED_RESPONSES:
+        size = len(body) + len(query_string)
+        if code != 400 and size <= MAX_CACHED_BODY_BYTES:
+            if len(self._responses) >= MAX_CACHED_RESPONSES or self._cached_bytes + size > MAX_CACHED_TOTAL_BYTES:
                 self._responses.clear()
+                self._cached_bytes = 0
+            previous = self._responses.get(cache_key)
+            if previous is not None:
+                self._cached_bytes -= len(previous[3]) + len(query_string)
             self._responses[cache_key] = (published, min(valid_until, math.floor(now) + 1.0), code, body)
+            self._cached_bytes += size
         await _respond(send, code, body, _JSON)
         return code
 
@@ -170,9 +180,17 @@ def _latency_child(route: str, code: int) -> Any:
     return obs.REQUEST_SECONDS.labels(route=route, code=str(code))
 
 
-@functools.lru_cache(maxsize=4096)
 def _label_selector(query_string: bytes) -> str:
-    """The labelSelector parameter (cached: the HPA sends the same query every 15 s)."""
+    """The labelSelector parameter (cached when short: the HPA sends the same query every 15 s)."""
+    return _label_selector_cached(query_string) if len(query_string) <= 1024 else _parse_label_selector(query_string)
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_selector_cached(query_string: bytes) -> str:
+    return _parse_label_selector(query_string)
+
+
+def _parse_label_selector(query_string: bytes) -> str:
     if not query_string:
         return ""
     params = parse_qs(query_string.decode("utf-8", errors="strict"), keep_blank_values=True,

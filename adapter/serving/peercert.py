@@ -25,12 +25,7 @@ import asyncio
 import ssl
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
-
-try:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # pragma: no cover - httptools is optional in uvicorn
-    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+from adapter.serving.guard import GuardedH11Protocol
 
 _TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
@@ -85,20 +80,17 @@ class _PeerCertMixin:
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # type: ignore[misc]
+        if getattr(self, "_refused", False):
+            return
         tls = tls_extension(transport)
         if tls is not None:
             self.app = _ScopeTLSApp(self.app, tls)
 
 
-class PeerCertH11Protocol(_PeerCertMixin, H11Protocol):  # type: ignore[misc]
-    """h11-based HTTP/1.1 protocol exposing the TLS peer certificate."""
+class PeerCertH11Protocol(_PeerCertMixin, GuardedH11Protocol):  # type: ignore[misc]
+    """h11-based HTTP/1.1 protocol exposing the TLS peer certificate, with the connection limits of
+    :mod:`adapter.serving.guard`. (uvicorn's httptools protocol is not used: the request-head
+    timeout is implemented and tested on the h11 state machine only.)"""
 
 
-if HttpToolsProtocol is not None:
-
-    class PeerCertHttpToolsProtocol(_PeerCertMixin, HttpToolsProtocol):  # type: ignore[valid-type,misc]
-        """httptools-based HTTP/1.1 protocol exposing the TLS peer certificate (faster parser)."""
-
-    DEFAULT_PROTOCOL: type[asyncio.Protocol] = PeerCertHttpToolsProtocol
-else:  # pragma: no cover
-    DEFAULT_PROTOCOL = PeerCertH11Protocol
+DEFAULT_PROTOCOL: type[GuardedH11Protocol] = PeerCertH11Protocol

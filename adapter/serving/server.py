@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -31,6 +32,12 @@ from typing import Any
 import uvicorn
 
 from adapter.serving.certs import self_signed
+from adapter.serving.guard import (
+    ConnectionLimits,
+    guarded_protocol,
+    quiet_uvicorn_protocol_warnings,
+    shrink_tls_read_buffer,
+)
 from adapter.serving.peercert import DEFAULT_PROTOCOL
 from adapter.serving.reload import LiveTLS
 
@@ -53,6 +60,11 @@ class ServingOptions:
     access_log: bool = False
     reload_interval_seconds: float = 1.0
     graceful_shutdown_seconds: int = 10
+    # Header timeout, connection cap, TLS handshake timeout and read buffer (adapter.serving.guard).
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # Called with (host, port) once the socket is bound, before serving: the real port when
+    # secure_port is 0.
+    on_listening: Callable[[str, int], None] | None = None
     # Filled in by serve_async:
     bound_port: int | None = field(default=None, init=False)
     generated_cert_file: str | None = field(default=None, init=False)
@@ -74,6 +86,15 @@ def add_serving_flags(parser: argparse.ArgumentParser) -> None:
         "--tls-san", dest="tls_sans", action="append", default=[],
         help="extra DNS name / IP for the generated self-signed certificate (repeatable)",
     )
+    defaults = ConnectionLimits()
+    group.add_argument(
+        "--max-connections", type=int, default=defaults.max_connections,
+        help="open connections beyond this are closed right after the TLS handshake (each costs ~60 KB)",
+    )
+    group.add_argument(
+        "--request-header-timeout", type=float, default=defaults.header_timeout_seconds, metavar="SECONDS",
+        help="close a connection whose request line and headers are not complete within this time",
+    )
 
 
 def serving_options_from_args(args: argparse.Namespace, **overrides: Any) -> ServingOptions:
@@ -84,6 +105,15 @@ def serving_options_from_args(args: argparse.Namespace, **overrides: Any) -> Ser
         tls_private_key_file=args.tls_private_key_file,
         tls_sans=list(args.tls_sans or []),
     )
+    defaults = ConnectionLimits()
+    max_connections = getattr(args, "max_connections", defaults.max_connections)
+    header_timeout = getattr(args, "request_header_timeout", defaults.header_timeout_seconds)
+    if max_connections < 1:
+        raise ValueError(f"--max-connections must be at least 1, got {max_connections}")
+    if not 0 < header_timeout <= 3600:
+        raise ValueError(f"--request-header-timeout must be between 0 and 3600 seconds, got {header_timeout:g}")
+    opts.limits = dataclasses.replace(defaults, max_connections=max_connections,
+                                      header_timeout_seconds=header_timeout)
     for key, value in overrides.items():
         setattr(opts, key, value)
     return opts
@@ -128,10 +158,44 @@ def _bind(options: ServingOptions) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn.Server whose listener uses our TLS handshake timeout.
+
+    uvicorn calls ``loop.create_server`` without ``ssl_handshake_timeout``, so asyncio's default
+    (60 s) would let a client that opens TCP and never finishes the handshake hold a connection
+    that long. The keyword is supplied for the duration of ``startup`` only, on this loop only.
+    """
+
+    def __init__(self, config: uvicorn.Config, handshake_timeout: float) -> None:
+        super().__init__(config)
+        self.handshake_timeout = handshake_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        create_server = loop.create_server
+
+        async def create_server_with_timeout(*args: Any, **kwargs: Any) -> asyncio.Server:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", self.handshake_timeout)
+            return await create_server(*args, **kwargs)
+
+        try:
+            loop.create_server = create_server_with_timeout  # type: ignore[method-assign]
+        except AttributeError:  # a loop without instance attributes (uvloop): keep its own default
+            log.debug("cannot set the TLS handshake timeout on %r", loop)
+            await super().startup(sockets)
+            return
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server  # back to the class's method
+
+
 def _uvicorn_server(app: Any, options: ServingOptions, live: LiveTLS) -> uvicorn.Server:
+    limits = options.limits
     config = uvicorn.Config(
         app,
-        http=DEFAULT_PROTOCOL,
+        http=guarded_protocol(DEFAULT_PROTOCOL, limits),
         ssl_context_factory=lambda _config, _default: live.base,
         log_level=options.log_level,
         log_config=None,  # uvicorn's records go through the process's handler (adapter/logs.py)
@@ -141,7 +205,7 @@ def _uvicorn_server(app: Any, options: ServingOptions, live: LiveTLS) -> uvicorn
         timeout_graceful_shutdown=max(1, round(options.graceful_shutdown_seconds)),
         lifespan="auto",
     )
-    return uvicorn.Server(config)
+    return _Server(config, limits.handshake_timeout_seconds)
 
 
 async def serve_async(app: Any, options: ServingOptions, started: asyncio.Event | None = None) -> None:
@@ -150,16 +214,28 @@ async def serve_async(app: Any, options: ServingOptions, started: asyncio.Event 
     options.live_tls = live
     sock = _bind(options)
     options.bound_port = sock.getsockname()[1]
+    shrink_tls_read_buffer(options.limits.tls_read_buffer_bytes)
+    quiet_uvicorn_protocol_warnings(options.limits.log_interval_seconds)
     server = _uvicorn_server(app, options, live)
+    if options.on_listening is not None:
+        # Before the first request can arrive, so whoever waits for the server finds the file.
+        try:
+            options.on_listening(options.bind_address, options.bound_port)
+        except BaseException:
+            sock.close()
+            raise
     serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))
     watch_task = asyncio.ensure_future(live.watch(options.reload_interval_seconds))
     try:
+        while not server.started and not serve_task.done():
+            await asyncio.sleep(0.01)
+        if server.started:
+            host = f"[{options.bind_address}]" if ":" in options.bind_address else options.bind_address
+            log.info("serving on https://%s:%d", host, options.bound_port)
         if started is not None:
-            while not server.started and not serve_task.done():
-                await asyncio.sleep(0.01)
             started.set()
         await asyncio.shield(serve_task)
-    except asyncio.CancelledError:
+    except BaseException:
         server.should_exit = True
         with contextlib.suppress(BaseException):
             await serve_task

@@ -11,6 +11,11 @@
 - `on_documents` (optional) sees every document after each reload: HorizontalPodPrescalers are
   checked against the HPAs in the same files that way (adapter/store/hpp_local.py).
 - Other kinds are ignored.
+- A reload never stops at one bad file or object: an unreadable file keeps its last good objects,
+  an object the sink cannot take is left out (and logged), and everything else is applied.
+- YAML aliases are bounded: a file whose aliases would expand to more than MAX_ALIAS_EXPANSION
+  nodes (a "billion laughs" document is 478 bytes) is refused with a clear error, before anything
+  walks the expanded structure.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from adapter.resources import KIND_EVENT, KIND_METRIC
 log = logging.getLogger("prescaler.manifests")
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
+# Nodes that aliases may add to a file when expanded (anchors for shared headers or labels reused a
+# few dozen times stay far below; 9 levels of 9 aliases would be 387 420 489).
+MAX_ALIAS_EXPANSION = 100_000
 # libyaml's loader when PyYAML was built with it: the same safe subset, many times faster.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SUFFIXES = (".yaml", ".yml", ".json")
@@ -98,6 +106,9 @@ class ManifestStore:
             except ManifestError as exc:
                 state.error = str(exc)
                 log.error("%s (keeping the last good version of its objects)", exc)
+            except Exception as exc:  # noqa: BLE001 - one file must never stop the others
+                state.error = f"{path}: cannot load: {type(exc).__name__}: {exc}"
+                log.error("%s (keeping the last good version of its objects)", state.error)
         for path in [p for p in self.files if p not in set(current)]:
             del self.files[path]
             changed = True
@@ -124,10 +135,37 @@ class ManifestStore:
                 elif kind == "Secret" and isinstance(name, str):
                     secrets[(str(meta.get("namespace") or "default"), name)] = _secret_data(doc)
         self.secrets = secrets
-        self.sink.resync(KIND_METRIC, list(metrics.values()))
-        self.sink.resync(KIND_EVENT, list(events.values()))
+        self._resync(KIND_METRIC, list(metrics.values()))
+        self._resync(KIND_EVENT, list(events.values()))
         if self.on_documents is not None:
-            self.on_documents([doc for path in sorted(self.files) for doc in self.files[path].docs])
+            try:
+                self.on_documents([doc for path in sorted(self.files) for doc in self.files[path].docs])
+            except Exception:  # noqa: BLE001 - the objects above are applied whatever this does
+                log.exception("checking the reloaded documents failed")
+
+    def _resync(self, kind: str, docs: list[dict[str, Any]]) -> None:
+        """Hand `docs` to the sink; if that fails, apply them one by one, leave out (and log) the ones
+        the sink cannot take and resync with the rest, so valid edits to other objects still apply.
+        (Effective when the sink applies synchronously, as the engine does on its own loop, where
+        this store runs.)"""
+        try:
+            self.sink.resync(kind, docs)
+            return
+        except Exception as exc:  # noqa: BLE001 - isolated below, object by object
+            log.error("applying %d %s objects failed (%s: %s); applying them one at a time",
+                      len(docs), kind, type(exc).__name__, exc)
+        accepted: list[dict[str, Any]] = []
+        for doc in docs:
+            try:
+                self.sink.apply(doc)
+            except Exception as exc:  # noqa: BLE001 - this object is left out, the others go on
+                log.error("%s %s left out of the reload: %s: %s", kind, _name_of(doc), type(exc).__name__, exc)
+                continue
+            accepted.append(doc)
+        try:
+            self.sink.resync(kind, accepted)  # also removes the objects no file defines any more
+        except Exception:  # noqa: BLE001 - logged; the next change retries
+            log.exception("applying %s objects failed", kind)
 
     def resolve_secret(self, namespace: str, name: str, key: str) -> str:
         data = self.secrets.get((namespace, name))
@@ -169,12 +207,16 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
+        if "&" in text:  # no anchor, no alias: skip the extra pass
+            _check_alias_expansion(path, text)
         docs = list(yaml.load_all(text, Loader=_SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ManifestError(f"{path}:{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ManifestError(f"{path}: invalid YAML: nested too deeply") from None
     out: list[dict[str, Any]] = []
     for index, doc in enumerate(docs):
         if doc is None:
@@ -188,15 +230,70 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _check_alias_expansion(path: Path, text: str) -> None:
+    """Refuse a file whose aliases expand to more than MAX_ALIAS_EXPANSION nodes.
+
+    The loader itself shares aliased objects (cheap), but everything after it (validation, str() of
+    a Secret value, JSON) walks the expanded tree. Sizes are counted on the parser's events, so the
+    check costs one pass and never builds the expansion."""
+    sizes: dict[str, int] = {}
+    open_nodes: list[list[Any]] = []  # [anchor, node count so far]
+    expansion = 0
+
+    def add(count: int) -> None:
+        if open_nodes:
+            open_nodes[-1][1] += count
+
+    for event in yaml.parse(text, Loader=_SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            count = sizes.get(event.anchor or "", 1)
+            expansion += count
+            if expansion > MAX_ALIAS_EXPANSION:
+                mark = event.start_mark
+                raise ManifestError(
+                    f"{path}: line {mark.line + 1}: YAML aliases expand to more than {MAX_ALIAS_EXPANSION} nodes "
+                    "(an alias bomb?); write the values out or use fewer aliases")
+            add(count)
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor:
+                sizes[event.anchor] = 1
+            add(1)
+        elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            open_nodes.append([event.anchor, 1])
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, count = open_nodes.pop()
+            if anchor:
+                sizes[anchor] = count
+            add(count)
+        elif isinstance(event, yaml.DocumentStartEvent):
+            sizes.clear()  # anchors are scoped to their document
+
+
+def _name_of(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else "<unnamed>"
+
+
 def _secret_data(doc: Mapping[str, Any]) -> dict[str, str]:
     data: dict[str, str] = {}
-    for key, value in (doc.get("data") or {}).items():
-        try:
-            data[str(key)] = base64.b64decode(str(value), validate=True).decode()
-        except (ValueError, UnicodeDecodeError):
-            log.warning("secret %s: key %s is not valid base64 text", doc.get("metadata", {}).get("name"), key)
-    for key, value in (doc.get("stringData") or {}).items():
-        data[str(key)] = str(value)
+    name = _name_of(doc)
+    raw, string_data = doc.get("data") or {}, doc.get("stringData") or {}
+    for field_name, section in (("data", raw), ("stringData", string_data)):
+        if not isinstance(section, Mapping):
+            log.warning("Secret %s: %s is not a mapping of keys to strings; ignored", name, field_name)
+    if isinstance(raw, Mapping):
+        for key, value in raw.items():
+            try:
+                data[str(key)] = base64.b64decode(str(value), validate=True).decode()
+            except (ValueError, UnicodeDecodeError):
+                log.warning("Secret %s: data.%s is not valid base64 text", name, key)
+    if isinstance(string_data, Mapping):
+        for key, value in string_data.items():
+            if isinstance(value, (dict, list)):
+                log.warning("Secret %s: stringData.%s is not a string; ignored", name, key)
+                continue
+            data[str(key)] = str(value)
     return data
 
 
