@@ -229,6 +229,42 @@ def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
     assert at_now == [0.0] and later == [7.0]
 
 
+def test_objects_that_arrive_after_start_up_are_measured_at_once(kube):
+    """In cluster mode the measuring loop starts before the store has listed the VirtualMetrics: an Auto
+    metric that appears afterwards (or a metric switched to Auto) is measured within seconds, not after
+    the next 5-minute round on the fallback lead."""
+    import asyncio
+
+    from helpers import entry, loaded_engine, metric, schedule_event, settle
+
+    from adapter.store.leadtime import AutoLeadTimes, learn_forever
+
+    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    for i, startup in enumerate([100, 110, 120]):
+        add_pod(kube, f"web-{i}", startup)
+
+    async def go():
+        engine = await loaded_engine([])  # the store has listed nothing yet
+        engine.lead_times = learner = AutoLeadTimes(kube.api_client())
+        learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
+        await asyncio.sleep(0.05)  # the loop has looked once and found no Auto VirtualMetric
+        engine.resync("VirtualMetric", [metric("rps", leadTime="Auto")])
+        items = [{"start": 0, "end": 1, "values": {"n": 1}}]
+        engine.resync("VirtualMetricEvent", [schedule_event("launch", items, [entry("shop", "web", "n")])])
+        await settle(engine)
+        for _ in range(1000):  # bounded (10 s): far less than the 300 s round
+            if engine.metrics["rps"].metric.lead_time != FALLBACK_LEAD:
+                break
+            await asyncio.sleep(0.01)
+        lead = engine.metrics["rps"].metric.lead_time
+        learning.cancel()
+        await engine.stop()
+        return lead
+
+    assert asyncio.run(go()) == pytest.approx(118.0 + 15.0)  # p90 of 100, 110, 120
+
+
 def test_ramp_comes_from_the_hpa_that_scales_the_target(kube):
     from adapter.store.leadtime import AutoLeadTimes, hpa_reader
 

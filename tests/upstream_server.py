@@ -3,8 +3,11 @@ same wire format as prescaler, and switchable misbehaviour.
 
     up = UpstreamServer(pki, names=["keda-metric"]).start()
     up.mode = "hang"        # ok | hang | drip | error500 | garbage | huge | huge_chunked | reset
+    up.value = "57"         # what "ok" answers for every metric (default "42")
     up.stop()               # "down": nothing listens on the port any more
 
+With ``front_proxy_ca_file`` it also accepts, instead of a token, a client certificate signed by that CA
+(as a real adapter accepts the aggregator's front-proxy certificate), so it can back the APIService itself.
 It records every request (method, path with query, headers) so tests can check what prescaler sent.
 A hanging request waits on `release` (bounded), so a test never leaves a thread blocked for long.
 """
@@ -39,9 +42,11 @@ def status(code: int, reason: str, message: str) -> bytes:
 
 class UpstreamServer:
     def __init__(self, pki: Any, names: list[str] | None = None, *, client_ca_file: str | None = None,
-                 tokens: set[str] | None = None, max_hang: float = 20.0, pki_dir: Path | None = None):
+                 tokens: set[str] | None = None, max_hang: float = 20.0, pki_dir: Path | None = None,
+                 front_proxy_ca_file: str | None = None):
         self.names = list(names or ["keda-metric"])
         self.mode = "ok"
+        self.value = "42"
         self.tokens = set(tokens or {TOKEN})
         self.require_client_cert = client_ca_file is not None
         self.seen: list[Seen] = []
@@ -61,6 +66,9 @@ class UpstreamServer:
         if client_ca_file:
             ctx.verify_mode = ssl.CERT_REQUIRED
             ctx.load_verify_locations(client_ca_file)
+        elif front_proxy_ca_file:  # a certificate is optional, but one that is sent must verify
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+            ctx.load_verify_locations(front_proxy_ca_file)
         self._ssl = ctx
         self._server: ThreadingHTTPServer | None = None
         self._sockets: list[Any] = []
@@ -153,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
                 up.in_flight -= 1
 
     def _serve(self, up: UpstreamServer) -> None:
-        if not up.require_client_cert:
+        if not up.require_client_cert and not self.connection.getpeercert():  # type: ignore[attr-defined]
             auth = self.headers.get("Authorization", "")
             if not auth.startswith("Bearer ") or auth[7:] not in up.tokens:
                 return self._send(401, status(401, "Unauthorized", "Unauthorized"))
@@ -215,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         selector = parse_qs(url.query).get("labelSelector", [""])[0]
         body = {"kind": "ExternalMetricValueList", "apiVersion": "external.metrics.k8s.io/v1beta1",
                 "metadata": {}, "items": [{"metricName": metric, "metricLabels": {"selector": selector},
-                                           "timestamp": "2026-01-01T00:00:00Z", "value": "42"}]}
+                                           "timestamp": "2026-01-01T00:00:00Z", "value": up.value}]}
         return self._send(200, json.dumps(body).encode())
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:

@@ -151,9 +151,7 @@ class AutoLeadTimes:
             if not getattr(vm, "lead_time_auto", False):
                 continue
             seen.add(vm.name)
-            targets = sorted({(entry.resource.namespace, entry.resource.name) for vme in events
-                              for entry in vme.metrics
-                              if entry.metric == vm.metric_name and entry.resource.name})
+            targets = auto_targets(vm, events)
             found = [measure_lead_time(self.api_client, ns, {"kind": "Deployment", "name": name},
                                        self.hpa_for(ns, name) if self.hpa_for else None, self.fallback)
                      for ns, name in targets]
@@ -183,22 +181,37 @@ class AutoLeadTimes:
         return estimate.status() if estimate is not None else None
 
 
-async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = AutoLeadTimes.REFRESH) -> None:
-    """Cluster mode: re-measure the Auto VirtualMetrics' targets every `interval` (API calls in a thread)."""
+def auto_targets(vm: Any, events: Iterable[Any]) -> list[tuple[str, str]]:
+    """(namespace, name) of the workloads the VirtualMetricEvents give values of `vm`'s metric."""
+    return sorted({(entry.resource.namespace, entry.resource.name) for vme in events for entry in vme.metrics
+                   if entry.metric == vm.metric_name and entry.resource.name})
+
+
+async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = AutoLeadTimes.REFRESH,
+                        check_every: float = 2.0) -> None:
+    """Cluster mode: re-measure the Auto VirtualMetrics' targets every `interval` (API calls in a thread),
+    and within `check_every` when an Auto VirtualMetric or one of its targets appears or changes: the
+    objects arrive from the API after this loop starts, and a metric switched to Auto must not wait
+    for the next full round on the fallback lead."""
     import asyncio
     import logging
+    import time
 
     log = logging.getLogger("prescaler.leadtime")
+    measured: Any = None
+    measured_at = -math.inf
     while True:
         metrics = [s.metric for s in list(engine.metrics.values()) if s.metric is not None]
-        if any(vm.lead_time_auto for vm in metrics):
-            events = [s.vme for s in list(engine.events.values()) if s.vme is not None]
+        events = [s.vme for s in list(engine.events.values()) if s.vme is not None]
+        wanted = {vm.name: auto_targets(vm, events) for vm in metrics if vm.lead_time_auto}
+        if wanted and (wanted != measured or time.monotonic() - measured_at >= interval):
+            measured, measured_at = wanted, time.monotonic()
             try:
                 if await asyncio.to_thread(learner.refresh, metrics, events):
                     engine.lead_times_changed()
             except Exception:  # noqa: BLE001 - a bug here must not stop serving; the fixed fallback stays
                 log.exception("leadTime: Auto measurement failed")
-        await asyncio.sleep(interval)
+        await asyncio.sleep(min(check_every, interval))
 
 
-__all__ = ["AutoLeadTimes", "hpa_reader", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
+__all__ = ["AutoLeadTimes", "auto_targets", "hpa_reader", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]

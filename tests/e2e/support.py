@@ -10,7 +10,7 @@ import ssl
 import subprocess
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,8 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
 class PrescalerProcess:
     """`prescaler serve` in cluster mode, as the Deployment runs it, but as a local process."""
 
-    def __init__(self, plane: ControlPlane, certs: Path, name: str, token: str, port: int | None = None):
+    def __init__(self, plane: ControlPlane, certs: Path, name: str, token: str, port: int | None = None,
+                 extra_args: Sequence[str] = ()):
         self.plane, self.name, self.token = plane, name, token
         self.port = port or free_port()
         kubeconfig = write_kubeconfig(plane.workdir / f"{name}.kubeconfig", plane.server, plane.pki.path("ca.crt"),
@@ -50,7 +51,7 @@ class PrescalerProcess:
                 "--authorization-kubeconfig", str(kubeconfig),
                 "--secure-port", str(self.port), "--bind-address", "127.0.0.1",
                 "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                "--status-namespace", NAMESPACE, "--v", "1"]
+                "--status-namespace", NAMESPACE, "--v", "1", *extra_args]
         # POD_NAME is what the downward API sets in the Deployment; it prefixes the Lease identity.
         env = {**os.environ, "POD_NAME": name}
         self.process = Process(name, argv, plane.logs / f"{name}.log", env=env, cwd=ROOT)
