@@ -67,7 +67,7 @@ SHELL_SCRIPTS = $(shell find . \( -path ./.venv -o -path ./.git -o -path ./.run 
 lint: install
 	$(VENV)/bin/ruff check adapter tests bench
 	$(VENV)/bin/mypy adapter
-	shellcheck $(SHELL_SCRIPTS)
+	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
 
 clean:
 	rm -rf $(VENV) .run .pytest_cache .e2e
