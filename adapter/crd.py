@@ -4,7 +4,7 @@ The schemas mirror the validation in `adapter/resources.py` and the source kinds
 repeat (durations, secret references, TLS, headers, auth) are written once here. Two users:
 `deploy/crds/generate.py` renders them to the YAML that kubectl, kustomize and Helm install, and
 `prescaler validate` checks manifests against them offline (so an installed prescaler needs no YAML
-files to validate). `tests/test_manifests_crds.py` fails when the committed YAML and this module disagree.
+files to validate). `tests/deploy/test_manifests_crds.py` fails when the committed YAML and this module disagree.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from shared_data import shared_dir
+
+from tests.shared_data import shared_dir
 
 REPO = Path(__file__).resolve().parent.parent
 _SHARED = shared_dir()

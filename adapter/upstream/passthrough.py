@@ -1,6 +1,6 @@
 """Forward value requests for metrics prescaler does not define to an upstream external-metrics adapter.
 
-Rules (each one tested in tests/test_upstream*.py):
+Rules (each one tested in tests/upstream/test_upstream*.py):
 
 * **Own identity.** The caller was already authenticated and authorized by prescaler (the auth
   middleware runs before the API). The upstream gets a fresh request carrying only prescaler's own

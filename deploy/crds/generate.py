@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render the three CustomResourceDefinitions of prescaler.pingpong.ai/v1 (described in adapter/crd.py)
 to the YAML beside this file. Run `python deploy/crds/generate.py` after changing adapter/crd.py;
-`--check` exits 1 when the committed YAML is out of date (tests/test_manifests_crds.py runs it).
+`--check` exits 1 when the committed YAML is out of date (tests/deploy/test_manifests_crds.py runs it).
 
 Writes:
   deploy/crds/prescaler.pingpong.ai_virtualmetrics.yaml

@@ -1,0 +1,1 @@
+"""prescaler's tests: one package, so every test imports its helpers as `tests.<module>`."""
