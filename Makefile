@@ -65,7 +65,8 @@ SHELL_SCRIPTS = $(shell find . \( -path ./.venv -o -path ./.git -o -path ./.run 
 	head -n1 "$$f" | grep -qE '^\#!.*[/ ](ba)?sh( |$$)' && echo "$$f"; done)
 
 lint: install
-	$(VENV)/bin/ruff check adapter tests bench
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy adapter
 	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
 

@@ -40,9 +40,12 @@ class AnnouncedValues(Collector):
         self._engines.add(engine)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(METRIC, "Sum of each announced value over the items of a VirtualMetricEvent "
-                                   "active now (0 when none is): the history of announcements.",
-                                   labels=["virtualmetricevent", "value"])
+        family = GaugeMetricFamily(
+            METRIC,
+            "Sum of each announced value over the items of a VirtualMetricEvent "
+            "active now (0 when none is): the history of announcements.",
+            labels=["virtualmetricevent", "value"],
+        )
         now = self.clock()
         for engine in list(self._engines):
             for name, values in sorted(announced_now(engine, now).items()):

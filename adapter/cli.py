@@ -52,8 +52,8 @@ COMMON_HELP = {
 # Descriptions for subcommands whose module gives none (shown by `prescaler COMMAND --help`).
 DESCRIPTIONS = {
     "preview": "Compute a metric's served values for one target over a coming window, from manifests, with "
-               "the same pipeline as the server, and explain each step: the value, and the objects and items "
-               "that contributed to it. Prints a table, or JSON with --json; --plot writes a PNG.",
+    "the same pipeline as the server, and explain each step: the value, and the objects and items "
+    "that contributed to it. Prints a table, or JSON with --json; --plot writes a PNG.",
 }
 
 
@@ -80,10 +80,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="prescaler", formatter_class=HelpFormatter,
+        prog="prescaler",
+        formatter_class=HelpFormatter,
         description="Future-aware external metrics for native HPAs: serve them (serve), check manifests "
-                    "offline (validate), see why a value is what it is (preview), prove it on traffic "
-                    "(simulate, forecast, backtest), and set up TLS (certs).")
+        "offline (validate), see why a value is what it is (preview), prove it on traffic "
+        "(simulate, forecast, backtest), and set up TLS (certs).",
+    )
     parser.add_argument("--version", action="version", version=f"prescaler {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
@@ -108,22 +110,46 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def _add_serve(sub: Any) -> None:
-    parser = sub.add_parser("serve", help="serve external.metrics.k8s.io/v1beta1",
-                            description="Serve external.metrics.k8s.io/v1beta1 over HTTPS. With --manifests the "
-                            "objects come from YAML files (local mode); otherwise they are watched in the cluster.")
-    parser.add_argument("--manifests", nargs="+", metavar="PATH", default=None,
-                        help=COMMON_HELP["manifests"] + " (local mode; without it the cluster is watched)")
-    parser.add_argument("--max-manifest-bytes", type=_positive_int, default=8 * 1024 * 1024, metavar="BYTES",
-                        help="refuse a manifest file larger than this (default 8 MiB)")
+    parser = sub.add_parser(
+        "serve",
+        help="serve external.metrics.k8s.io/v1beta1",
+        description="Serve external.metrics.k8s.io/v1beta1 over HTTPS. With --manifests the "
+        "objects come from YAML files (local mode); otherwise they are watched in the cluster.",
+    )
+    parser.add_argument(
+        "--manifests",
+        nargs="+",
+        metavar="PATH",
+        default=None,
+        help=COMMON_HELP["manifests"] + " (local mode; without it the cluster is watched)",
+    )
+    parser.add_argument(
+        "--max-manifest-bytes",
+        type=_positive_int,
+        default=8 * 1024 * 1024,
+        metavar="BYTES",
+        help="refuse a manifest file larger than this (default 8 MiB)",
+    )
     parser.add_argument("--kubeconfig", default=None, help=COMMON_HELP["kubeconfig"])
     parser.add_argument("--allow-private-networks", action="store_true", help=COMMON_HELP["allow_private_networks"])
-    parser.add_argument("--write-kubeconfig", metavar="PATH", default=None,
-                        help="write a kubeconfig for this server (local mode convenience: kubectl --kubeconfig PATH)")
-    parser.add_argument("--metrics-max-served-targets", type=int, default=500, metavar="N",
-                        help="prescaler_served_value keeps the N targets HPAs queried most recently (bounds "
-                             "its series)")
-    parser.add_argument("--status-namespace", default=os.environ.get("POD_NAMESPACE", "prescaler"),
-                        help="namespace of the Lease that elects the status writer")
+    parser.add_argument(
+        "--write-kubeconfig",
+        metavar="PATH",
+        default=None,
+        help="write a kubeconfig for this server (local mode convenience: kubectl --kubeconfig PATH)",
+    )
+    parser.add_argument(
+        "--metrics-max-served-targets",
+        type=int,
+        default=500,
+        metavar="N",
+        help="prescaler_served_value keeps the N targets HPAs queried most recently (bounds its series)",
+    )
+    parser.add_argument(
+        "--status-namespace",
+        default=os.environ.get("POD_NAMESPACE", "prescaler"),
+        help="namespace of the Lease that elects the status writer",
+    )
     from adapter.serving.server import add_serving_flags
 
     add_serving_flags(parser)
@@ -153,10 +179,13 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.write_kubeconfig:
             _prepare_local_tls(args)
         app, client_cas = build_app(args)
-        options = serving_options_from_args(args, log_level=logs.uvicorn_log_level(args.verbosity),
-                                            access_log=logs.access_log_enabled(args.verbosity),
-                                            client_ca_pems=client_cas,
-                                            on_listening=_local_kubeconfig_writer(args))
+        options = serving_options_from_args(
+            args,
+            log_level=logs.uvicorn_log_level(args.verbosity),
+            access_log=logs.access_log_enabled(args.verbosity),
+            client_ca_pems=client_cas,
+            on_listening=_local_kubeconfig_writer(args),
+        )
     except (ValueError, OSError, KubeConfigError) as exc:  # includes AuthConfigError and ManifestError
         print(f"prescaler serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -166,8 +195,10 @@ def run_serve(args: argparse.Namespace) -> int:
         if failures:
             raise StartupFailed(f"start-up failed: {failures[0]}")
     except OSError as exc:
-        print(f"prescaler serve: cannot listen on {args.bind_address}:{args.secure_port}: {_os_reason(exc)}",
-              file=sys.stderr)
+        print(
+            f"prescaler serve: cannot listen on {args.bind_address}:{args.secure_port}: {_os_reason(exc)}",
+            file=sys.stderr,
+        )
         return EXIT_RUNTIME_ERROR
     except StartupFailed as exc:
         print(f"prescaler serve: {exc}", file=sys.stderr)
@@ -222,9 +253,10 @@ def write_kubeconfig(path: Any, server: str, ca_file: Any, token: str | None = N
     # that (local mode without --token-auth-file ignores it).
     user: dict[str, Any] = {"token": token or "local-anonymous"}
     doc = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "prescaler-local",
-        "clusters": [{"name": "prescaler-local", "cluster": {"server": server,
-                                                             "certificate-authority": str(ca_file)}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "prescaler-local",
+        "clusters": [{"name": "prescaler-local", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
         "users": [{"name": "prescaler-local", "user": user}],
         "contexts": [{"name": "prescaler-local", "context": {"cluster": "prescaler-local", "user": "prescaler-local"}}],
     }
@@ -305,8 +337,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     return AuthMiddleware(app, authenticator, authorizer), client_cas
 
 
-def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context: Any,
-                upstream: Any = None) -> dict[str, Any]:
+def _start_kube(
+    args: argparse.Namespace, api_client: Any, engine: Any, context: Any, upstream: Any = None
+) -> dict[str, Any]:
     """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
     import base64
 
@@ -339,10 +372,12 @@ def _start_kube(args: argparse.Namespace, api_client: Any, engine: Any, context:
     if upstream is not None:  # VirtualMetrics that shadow an upstream metric say so (ShadowsUpstream)
         from adapter.upstream.status import with_shadow_conditions
 
-        desired = with_shadow_conditions(desired, upstream, lambda: {
-            vm.name: vm.metric_name for vm in engine.published.metrics.values()})
-    writer = StatusWriter(api_client, desired, elector=elector,
-                          events=EventRecorder(api_client))  # Events on condition changes
+        desired = with_shadow_conditions(
+            desired, upstream, lambda: {vm.name: vm.metric_name for vm in engine.published.metrics.values()}
+        )
+    writer = StatusWriter(
+        api_client, desired, elector=elector, events=EventRecorder(api_client)
+    )  # Events on condition changes
     engine.on_status_change(writer.notify)
     if upstream is not None:
         upstream.on_shadowed_change = writer.notify

@@ -29,7 +29,7 @@ def parse_duration(value: object) -> float:
         raise DurationError(f"invalid duration {value!r}: expected a string like 30s or 5m")
     text = value.strip()
     if not text:
-        raise DurationError("invalid duration \"\": empty")
+        raise DurationError('invalid duration "": empty')
     sign = 1.0
     if text[0] in "+-":
         sign = -1.0 if text[0] == "-" else 1.0
@@ -46,7 +46,8 @@ def _parse_units(text: str, original: str) -> float:
         match = _PART.match(text, pos)
         if not match:
             raise DurationError(
-                f"invalid duration {original!r}: expected number+unit pairs such as 1h30m, 45s or 500ms")
+                f"invalid duration {original!r}: expected number+unit pairs such as 1h30m, 45s or 500ms"
+            )
         total += float(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
     return total

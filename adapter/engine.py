@@ -37,9 +37,16 @@ from adapter.status_board import StatusBoard
 
 log = logging.getLogger("prescaler.engine")
 
+
 class Engine:
-    def __init__(self, context: SourceContext | None = None, clock: Callable[[], float] = time.time,
-                 rebuild_delay: float = 0.05, start_sources: bool = True, snapshot_delay: float = 0.005):
+    def __init__(
+        self,
+        context: SourceContext | None = None,
+        clock: Callable[[], float] = time.time,
+        rebuild_delay: float = 0.05,
+        start_sources: bool = True,
+        snapshot_delay: float = 0.005,
+    ):
         self.context, self.clock = context or SourceContext(), clock
         self.start_sources = start_sources
         self.table = objects.ObjectTable(self.context)
@@ -68,7 +75,8 @@ class Engine:
     @property
     def synced(self) -> bool:  # objects loaded and the first fetches done (see StartupGate)
         return {KIND_METRIC, KIND_EVENT} <= self._synced_kinds and self._gate.passed(
-            self.events if self.start_sources else {}, self.busy)
+            self.events if self.start_sources else {}, self.busy
+        )
 
     def mark_synced(self, kind: str) -> None:
         self._synced_kinds.add(kind)
@@ -108,6 +116,7 @@ class Engine:
             for name in [n for n in self.table.names(kind) if n not in names]:
                 self._delete(kind, name)
             self._synced_kinds.add(kind)
+
         self._handoff.call(run)
 
     def _delete(self, kind: str, name: str) -> None:
@@ -124,8 +133,9 @@ class Engine:
             if self._handoff.loop is not None:
                 self._handoff.loop.create_task(runner.stop())
         for state, source in change.start:
-            state.runner = SourceRunner(state.name, source, self._on_snapshot, clock=self.clock,
-                                        on_health=lambda _name: self.status.changed())
+            state.runner = SourceRunner(
+                state.name, source, self._on_snapshot, clock=self.clock, on_health=lambda _name: self.status.changed()
+            )
             if self.start_sources and self._handoff.loop is not None:
                 state.runner.start()
         for event, count in change.dropped.items():
@@ -153,8 +163,10 @@ class Engine:
         now = self.clock()
         for name, state in self.events.items():
             obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
-        obs.record_invalid_objects(sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
-                                   sum(1 for e in self.events.values() if e.error))
+        obs.record_invalid_objects(
+            sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
+            sum(1 for e in self.events.values() if e.error),
+        )
         unknown = self.notices.for_status(self.events, self.published)  # logs new problems once
         return all_statuses(self.metrics, self.events, self.published, now, self.lead_times, unknown)
 
@@ -174,4 +186,3 @@ class Engine:
 
     def preview(self, request: PreviewRequest) -> dict[str, Any] | MetricNotFound:
         return preview_document(self.published, dict(self.events), request)  # may run off the loop
-

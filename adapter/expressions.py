@@ -48,12 +48,32 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Pow: operator.pow,
 }
 _CMPOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
 }
-_ALLOWED_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.BoolOp, ast.Call,
-                  ast.Name, ast.Load, ast.Constant, ast.USub, ast.UAdd, ast.Not, ast.And, ast.Or,
-                  *_BINOPS, *_CMPOPS)
+_ALLOWED_NODES = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.BoolOp,
+    ast.Call,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.USub,
+    ast.UAdd,
+    ast.Not,
+    ast.And,
+    ast.Or,
+    *_BINOPS,
+    *_CMPOPS,
+)
 
 
 class ExpressionError(ArithmeticError):
@@ -170,19 +190,31 @@ def _compile(text: str, path: str, known_names: frozenset[str] | None) -> Compil
     names: set[str] = set()
     for node in nodes:
         if not isinstance(node, _ALLOWED_NODES):
-            raise ValidationError(path, f"{_node_text(node)} is not allowed in expressions "
-                                  "(only numbers, value names, + - * / // % **, comparisons, "
-                                  "'x if c else y' and " + ", ".join(FUNCTION_NAMES) + ")")
-        if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or
-                                               not isinstance(node.value, (int, float))):
+            raise ValidationError(
+                path,
+                f"{_node_text(node)} is not allowed in expressions "
+                "(only numbers, value names, + - * / // % **, comparisons, "
+                "'x if c else y' and " + ", ".join(FUNCTION_NAMES) + ")",
+            )
+        if isinstance(node, ast.Constant) and (
+            isinstance(node.value, bool) or not isinstance(node.value, (int, float))
+        ):
             raise ValidationError(path, f"only numeric constants are allowed, got {node.value!r}")
         if isinstance(node, ast.Constant) and not _literal_in_range(node.value):
-            raise ValidationError(path, f"constant {_short(node.value)} is too large: numbers in expressions "
-                                  f"must be finite and within ±{MAX_MAGNITUDE:g}")
+            raise ValidationError(
+                path,
+                f"constant {_short(node.value)} is too large: numbers in expressions "
+                f"must be finite and within ±{MAX_MAGNITUDE:g}",
+            )
         if isinstance(node, ast.Call):
             _check_call(node, path)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) \
-                and _literal_in_range(node.right.value) and abs(node.right.value) > MAX_EXPONENT:  # type: ignore[arg-type]
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Pow)
+            and isinstance(node.right, ast.Constant)
+            and _literal_in_range(node.right.value)
+            and abs(node.right.value) > MAX_EXPONENT  # type: ignore[arg-type]
+        ):
             raise ValidationError(path, f"exponent {node.right.value!r} is larger than {MAX_EXPONENT:g}")
         if isinstance(node, ast.Name) and not _is_function_position(node, tree):
             if node.id in FUNCTION_NAMES:
@@ -191,8 +223,11 @@ def _compile(text: str, path: str, known_names: frozenset[str] | None) -> Compil
     if known_names is not None:
         unknown = names.difference(known_names)
         if unknown:
-            raise ValidationError(path, f"unknown name {', '.join(sorted(unknown))}: this source provides "
-                                  + (", ".join(sorted(known_names)) or "no values"))
+            raise ValidationError(
+                path,
+                f"unknown name {', '.join(sorted(unknown))}: this source provides "
+                + (", ".join(sorted(known_names)) or "no values"),
+            )
     return CompiledExpression(text=text.strip(), names=frozenset(names), tree=tree)
 
 
@@ -213,16 +248,20 @@ def _short(value: object) -> str:
 
 def _check_call(node: ast.Call, path: str) -> None:
     if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTION_NAMES:
-        raise ValidationError(path, f"unknown function {_node_text(node.func)}: allowed are "
-                              + ", ".join(FUNCTION_NAMES))
+        raise ValidationError(
+            path, f"unknown function {_node_text(node.func)}: allowed are " + ", ".join(FUNCTION_NAMES)
+        )
     if node.keywords:
         raise ValidationError(path, f"{node.func.id}() takes no keyword arguments")
     count = len(node.args)
     arity = {"min": (1, 64), "max": (1, 64), "abs": (1, 1), "ceil": (1, 1), "floor": (1, 1), "round": (1, 2)}
     low, high = arity[node.func.id]
     if not low <= count <= high:
-        raise ValidationError(path, f"{node.func.id}() takes {low if low == high else f'{low} to {high}'} "
-                              f"argument{'s' if high > 1 else ''}, got {count}")
+        raise ValidationError(
+            path,
+            f"{node.func.id}() takes {low if low == high else f'{low} to {high}'} "
+            f"argument{'s' if high > 1 else ''}, got {count}",
+        )
     if node.func.id in ("min", "max") and count == 1:
         raise ValidationError(path, f"{node.func.id}() needs at least two arguments")
     if any(isinstance(arg, ast.Starred) for arg in node.args):

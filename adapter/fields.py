@@ -27,8 +27,9 @@ def reject_unknown(obj: Mapping[str, Any], allowed: tuple[str, ...] | set[str], 
             raise ValidationError(join_path(path, str(key)), f"unknown field (allowed: {hint})")
 
 
-def read_number(obj: Mapping[str, Any], key: str, path: str, default: float | None = None,
-                required: bool = False) -> float | None:
+def read_number(
+    obj: Mapping[str, Any], key: str, path: str, default: float | None = None, required: bool = False
+) -> float | None:
     if key not in obj or obj[key] is None:
         if required:
             raise ValidationError(join_path(path, key), "required")
@@ -48,9 +49,15 @@ def read_number(obj: Mapping[str, Any], key: str, path: str, default: float | No
     return number
 
 
-def read_string(obj: Mapping[str, Any], key: str, path: str, default: str | None = None,
-                required: bool = False, choices: tuple[str, ...] | None = None,
-                max_length: int = 4096) -> str | None:
+def read_string(
+    obj: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: str | None = None,
+    required: bool = False,
+    choices: tuple[str, ...] | None = None,
+    max_length: int = 4096,
+) -> str | None:
     if key not in obj or obj[key] is None:
         if required:
             raise ValidationError(join_path(path, key), "required")
@@ -67,9 +74,15 @@ def read_string(obj: Mapping[str, Any], key: str, path: str, default: str | None
     return value
 
 
-def read_duration(obj: Mapping[str, Any], key: str, path: str, default: float,
-                  minimum: float = 0.0, maximum: float = 366 * 86400.0,
-                  parser: Callable[[Any], float] = parse_duration) -> float:
+def read_duration(
+    obj: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: float,
+    minimum: float = 0.0,
+    maximum: float = 366 * 86400.0,
+    parser: Callable[[Any], float] = parse_duration,
+) -> float:
     if key not in obj or obj[key] is None:
         return default
     try:
@@ -96,7 +109,6 @@ def join_path(path: str, key: str) -> str:
 def type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {dict: "object", list: "array", str: "string", bool: "boolean",
-            int: "integer", float: "number"}.get(type(value), type(value).__name__)
-
-
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}.get(
+        type(value), type(value).__name__
+    )

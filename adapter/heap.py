@@ -56,8 +56,9 @@ def after_publish(clock: float | None = None) -> bool:
         started = time.perf_counter()
         gc.unfreeze()
         found = gc.collect()
-        log.debug("full garbage collection: %d unreachable objects in %.0f ms", found,
-                  (time.perf_counter() - started) * 1000)
+        log.debug(
+            "full garbage collection: %d unreachable objects in %.0f ms", found, (time.perf_counter() - started) * 1000
+        )
     gc.freeze()
     return full
 

@@ -93,8 +93,7 @@ def _number(value: Any, where: str) -> float:
 def _timestamp(value: Any, where: str) -> float:
     if value is None:
         raise ItemError(f"{where}: required (unix seconds)")
-    number = _number(value, where) if not isinstance(value, (int, float)) or isinstance(value, bool) \
-        else float(value)
+    number = _number(value, where) if not isinstance(value, (int, float)) or isinstance(value, bool) else float(value)
     if isinstance(value, bool) or not math.isfinite(number):
         raise ItemError(f"{where}: expected unix seconds")
     if not 0 <= number <= MAX_TIMESTAMP:

@@ -79,8 +79,7 @@ def _parse_int64(text: str) -> int | None:
 _QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
 _QNAME_RE = re.compile(_QNAME_FMT)
 _QNAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
 )
 _LABEL_VALUE_FMT = "(" + _QNAME_FMT + ")?"
 _LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
@@ -130,8 +129,7 @@ def _qualified_name_errors(value: str) -> list[str]:
                 errors.append("prefix part " + _max_len_error(_DNS1123_SUBDOMAIN_MAX))
             if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
                 errors.append(
-                    "prefix part "
-                    + _regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com")
+                    "prefix part " + _regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com")
                 )
     else:
         return [
@@ -158,8 +156,17 @@ def _label_value_errors(value: str) -> list[str]:
     return errors
 
 
-_GO_ESCAPES = {"\\": "\\\\", '"': '\\"', "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n",
-               "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+_GO_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 
 
 def _go_quote(text: str) -> str:
@@ -220,8 +227,7 @@ class Requirement:
     _value_set: frozenset[str]  # for O(1) membership in matches()
     _bound: int | None  # the parsed integer of gt / lt
 
-    def __init__(self, key: str, operator: str, values: Iterable[str] = (), *,
-                 _key_checked: bool = False) -> None:
+    def __init__(self, key: str, operator: str, values: Iterable[str] = (), *, _key_checked: bool = False) -> None:
         given = list(values)
         problems = _requirement_errors(key, operator, given, check_key=not _key_checked)
         if problems:
@@ -291,28 +297,34 @@ def _requirement_errors(key: str, operator: str, values: list[str], check_key: b
         problems.append(key_problem)
     if operator in (IN, NOT_IN):
         if not values:
-            problems.append(_invalid("values", _go_string_slice(values),
-                                     "for 'in', 'notin' operators, values set can't be empty"))
+            problems.append(
+                _invalid("values", _go_string_slice(values), "for 'in', 'notin' operators, values set can't be empty")
+            )
     elif operator in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS):
         if len(values) != 1:
-            problems.append(_invalid("values", _go_string_slice(values),
-                                     "exact-match compatibility requires one single value"))
+            problems.append(
+                _invalid("values", _go_string_slice(values), "exact-match compatibility requires one single value")
+            )
     elif operator in (EXISTS, DOES_NOT_EXIST):
         if values:
-            problems.append(_invalid("values", _go_string_slice(values),
-                                     "values set must be empty for exists and does not exist"))
+            problems.append(
+                _invalid("values", _go_string_slice(values), "values set must be empty for exists and does not exist")
+            )
     elif operator in (GREATER_THAN, LESS_THAN):
         if len(values) != 1:
-            problems.append(_invalid("values", _go_string_slice(values),
-                                     "for 'Gt', 'Lt' operators, exactly one value is required"))
+            problems.append(
+                _invalid("values", _go_string_slice(values), "for 'Gt', 'Lt' operators, exactly one value is required")
+            )
         for index, value in enumerate(values):
             if _parse_int64(value) is None:
-                problems.append(_invalid(f"values[{index}]", _go_quote(value),
-                                         "for 'Gt', 'Lt' operators, the value must be an integer"))
+                problems.append(
+                    _invalid(
+                        f"values[{index}]", _go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"
+                    )
+                )
     else:
         supported = ", ".join(_go_quote(op) for op in OPERATORS)
-        problems.append(f"operator: Unsupported value: {_go_quote(str(operator))}: "
-                        f"supported values: {supported}")
+        problems.append(f"operator: Unsupported value: {_go_quote(str(operator))}: supported values: {supported}")
     for index, value in enumerate(values):
         errors = _label_value_errors(value)
         if errors:
@@ -363,8 +375,7 @@ class Selector:
                 pinned = values if pinned is None else pinned & values
         if pinned is None:
             return None
-        return {value for value in pinned
-                if all(r.matches({key: value}) for r in self.requirements if r.key == key)}
+        return {value for value in pinned if all(r.matches({key: value}) for r in self.requirements if r.key == key)}
 
     def __str__(self) -> str:
         return ",".join(str(requirement) for requirement in self.requirements)
@@ -390,8 +401,17 @@ EVERYTHING = Selector()
 _END, _CLOSE_PAR, _COMMA, _NOT, _DOUBLE_EQUALS, _EQUALS, _GT = range(7)
 _IDENTIFIER, _IN, _LT, _NOT_EQUALS, _NOT_IN, _OPEN_PAR = range(7, 13)
 _LITERAL_TOKENS = {
-    ")": _CLOSE_PAR, ",": _COMMA, "!": _NOT, "==": _DOUBLE_EQUALS, "=": _EQUALS, ">": _GT,
-    "in": _IN, "<": _LT, "!=": _NOT_EQUALS, "notin": _NOT_IN, "(": _OPEN_PAR,
+    ")": _CLOSE_PAR,
+    ",": _COMMA,
+    "!": _NOT,
+    "==": _DOUBLE_EQUALS,
+    "=": _EQUALS,
+    ">": _GT,
+    "in": _IN,
+    "<": _LT,
+    "!=": _NOT_EQUALS,
+    "notin": _NOT_IN,
+    "(": _OPEN_PAR,
 }
 Token = tuple[int, str]
 
@@ -425,6 +445,7 @@ def _lex(text: str) -> list[Token]:
 
 # --------------------------------------------------------------------------------------------------
 # Parser (selector.go Parser): recursive descent over the token list, same error texts.
+
 
 class _Parser:
     __slots__ = ("position", "tokens", "values")
@@ -502,8 +523,13 @@ class _Parser:
     def _operator(self) -> str:
         kind, literal = self._next(values_context=False)
         operator = {
-            _IN: IN, _EQUALS: EQUALS, _DOUBLE_EQUALS: DOUBLE_EQUALS, _GT: GREATER_THAN,
-            _LT: LESS_THAN, _NOT_IN: NOT_IN, _NOT_EQUALS: NOT_EQUALS,
+            _IN: IN,
+            _EQUALS: EQUALS,
+            _DOUBLE_EQUALS: DOUBLE_EQUALS,
+            _GT: GREATER_THAN,
+            _LT: LESS_THAN,
+            _NOT_IN: NOT_IN,
+            _NOT_EQUALS: NOT_EQUALS,
         }.get(kind)
         if operator is None:
             raise SelectorError(f"found '{literal}', expected: {', '.join(_BINARY_OPERATORS)}")

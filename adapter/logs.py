@@ -31,31 +31,56 @@ FORMATS = ("text", "json")
 DEFAULT_VERBOSITY = 1
 
 # Third-party loggers kept quiet below --v=4.
-LIBRARY_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.asgi", "httpx", "httpcore", "kubernetes", "urllib3",
-                   "asyncio", "matplotlib", "PIL", "multipart", "python_multipart", "fastapi", "celpy")
+LIBRARY_LOGGERS = (
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.asgi",
+    "httpx",
+    "httpcore",
+    "kubernetes",
+    "urllib3",
+    "asyncio",
+    "matplotlib",
+    "PIL",
+    "multipart",
+    "python_multipart",
+    "fastapi",
+    "celpy",
+)
 ACCESS_LOGGER = "uvicorn.access"
 OUR_LOGGERS = ("prescaler", "adapter")
 
 # Displayed names: the first matching prefix is replaced.
-_RENAMES = (("adapter", "prescaler"), ("uvicorn.access", "prescaler.http.access"),
-            ("uvicorn.error", "prescaler.http"), ("uvicorn", "prescaler.http"))
+_RENAMES = (
+    ("adapter", "prescaler"),
+    ("uvicorn.access", "prescaler.http.access"),
+    ("uvicorn.error", "prescaler.http"),
+    ("uvicorn", "prescaler.http"),
+)
 
 _HANDLER_MARK = "_prescaler_handler"
 
 
 def add_logging_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("logging")
-    group.add_argument("--v", "-v", dest="verbosity", type=int, default=DEFAULT_VERBOSITY, metavar="N",
-                       help="log verbosity: 0 warnings only, 1-2 info, 3 debug and access log, "
-                            ">= 4 library lines too")
-    group.add_argument("--logging-format", choices=FORMATS, default="text",
-                       help="log line format: text, or json (one object per line)")
+    group.add_argument(
+        "--v",
+        "-v",
+        dest="verbosity",
+        type=int,
+        default=DEFAULT_VERBOSITY,
+        metavar="N",
+        help="log verbosity: 0 warnings only, 1-2 info, 3 debug and access log, >= 4 library lines too",
+    )
+    group.add_argument(
+        "--logging-format", choices=FORMATS, default="text", help="log line format: text, or json (one object per line)"
+    )
 
 
 def display_name(name: str) -> str:
     for prefix, replacement in _RENAMES:
         if name == prefix or name.startswith(prefix + "."):
-            return replacement + name[len(prefix):]
+            return replacement + name[len(prefix) :]
     return name
 
 
@@ -94,8 +119,7 @@ class TextFormatter(_Base):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line = (f"{stamp}.{int(record.msecs):03d}Z {record.levelname} {display_name(record.name)}: "
-                f"{record.getMessage()}")
+        line = f"{stamp}.{int(record.msecs):03d}Z {record.levelname} {display_name(record.name)}: {record.getMessage()}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line

@@ -33,9 +33,11 @@ from adapter.store.hpp import (
 
 def add_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "migrate", help="print the HPA change that replaces a HorizontalPodPrescaler (never applies it)",
+        "migrate",
+        help="print the HPA change that replaces a HorizontalPodPrescaler (never applies it)",
         description="Print, for each HorizontalPodPrescaler in FILE, the External metric entry its HPA needs, as "
-                    "a kubectl patch command and as a full manifest. Nothing is applied.")
+        "a kubectl patch command and as a full manifest. Nothing is applied.",
+    )
     parser.add_argument("--hpp", required=True, metavar="FILE", help="YAML with HorizontalPodPrescaler documents")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--hpa", metavar="FILE", help="YAML with the current HPA(s), to patch from them")
@@ -58,8 +60,11 @@ def _hpa_from_docs(docs: list[dict[str, Any]], hpp: Prescaler) -> dict[str, Any]
     for doc in docs:
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
         assert isinstance(meta, Mapping)
-        if (doc.get("kind") == KIND_HPA and meta.get("name") == hpp.hpa_name
-                and (meta.get("namespace") or hpp.namespace) == hpp.namespace):
+        if (
+            doc.get("kind") == KIND_HPA
+            and meta.get("name") == hpp.hpa_name
+            and (meta.get("namespace") or hpp.namespace) == hpp.namespace
+        ):
             return doc
     return None
 
@@ -70,7 +75,8 @@ def _hpa_from_cluster(api_client: Any, hpp: Prescaler) -> dict[str, Any] | None:
 
     try:
         response: Any = client.AutoscalingV2Api(api_client).read_namespaced_horizontal_pod_autoscaler(
-            hpp.hpa_name, hpp.namespace, _preload_content=False, _request_timeout=15)
+            hpp.hpa_name, hpp.namespace, _preload_content=False, _request_timeout=15
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -95,8 +101,10 @@ def render(hpp: Prescaler, hpa: dict[str, Any] | None, hpa_source: str | None, o
     if hpa is None and hpa_source is not None:
         out.write(f"# {target} was not found in {hpa_source}: create it from the manifest below.\n")
     elif hpa is None:
-        out.write(f"# Without --hpa or --kubeconfig the patch appends to {target}'s spec.metrics; if that HPA "
-                  "has no spec.metrics, pass it with --hpa so its implicit CPU metric is kept.\n")
+        out.write(
+            f"# Without --hpa or --kubeconfig the patch appends to {target}'s spec.metrics; if that HPA "
+            "has no spec.metrics, pass it with --hpa so its implicit CPU metric is kept.\n"
+        )
     out.write("\n# 1. Patch the existing HPA:\n")
     out.write(check.command + "\n")
     out.write("\n# 2. Or the full manifest (kubectl apply -f -):\n")

@@ -17,43 +17,65 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 REQUEST_SECONDS = Histogram(
-    "prescaler_request_duration_seconds", "Latency of API requests by route and code.",
-    ["route", "code"], registry=REGISTRY,
+    "prescaler_request_duration_seconds",
+    "Latency of API requests by route and code.",
+    ["route", "code"],
+    registry=REGISTRY,
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 SOURCE_FETCHES = Counter(
-    "prescaler_source_fetches_total", "Source fetches by kind and result (success|error).",
-    ["kind", "result"], registry=REGISTRY,
+    "prescaler_source_fetches_total",
+    "Source fetches by kind and result (success|error).",
+    ["kind", "result"],
+    registry=REGISTRY,
 )
 SOURCE_LOOP_ERRORS = Counter(
-    "prescaler_source_loop_errors_total", "Unexpected exceptions caught in a source's fetch loop, by kind "
-    "and stage (fetch|publish|loop); the loop logs them and retries with backoff.", ["kind", "stage"],
+    "prescaler_source_loop_errors_total",
+    "Unexpected exceptions caught in a source's fetch loop, by kind "
+    "and stage (fetch|publish|loop); the loop logs them and retries with backoff.",
+    ["kind", "stage"],
     registry=REGISTRY,
 )
 SOURCE_FETCH_SECONDS = Histogram(
-    "prescaler_source_fetch_duration_seconds", "Duration of source fetches.", ["kind"], registry=REGISTRY,
+    "prescaler_source_fetch_duration_seconds",
+    "Duration of source fetches.",
+    ["kind"],
+    registry=REGISTRY,
 )
 SOURCE_LAST_SUCCESS = Gauge(
-    "prescaler_source_last_success_timestamp_seconds", "Unix time of the last successful fetch.",
-    ["event"], registry=REGISTRY,
+    "prescaler_source_last_success_timestamp_seconds",
+    "Unix time of the last successful fetch.",
+    ["event"],
+    registry=REGISTRY,
 )
 SOURCE_STALE = Gauge(
-    "prescaler_source_stale", "1 when the source of a VirtualMetricEvent is stale.", ["event"], registry=REGISTRY,
+    "prescaler_source_stale",
+    "1 when the source of a VirtualMetricEvent is stale.",
+    ["event"],
+    registry=REGISTRY,
 )
 TIMELINE_REBUILDS = Counter(
-    "prescaler_timeline_recomputes_total", "Timeline recomputations.", registry=REGISTRY,
+    "prescaler_timeline_recomputes_total",
+    "Timeline recomputations.",
+    registry=REGISTRY,
 )
 TIMELINE_REBUILD_SECONDS = Histogram(
-    "prescaler_timeline_recompute_duration_seconds", "Duration of timeline recomputations.", registry=REGISTRY,
+    "prescaler_timeline_recompute_duration_seconds",
+    "Duration of timeline recomputations.",
+    registry=REGISTRY,
 )
 TIMELINE_KEYS = Gauge("prescaler_timeline_targets", "(metric, target) pairs served.", registry=REGISTRY)
 CONTRIBUTIONS_DROPPED = Counter(
     "prescaler_contributions_dropped_total",
     "Contributions dropped because their expression failed or gave a non-finite value.",
-    ["event"], registry=REGISTRY,
+    ["event"],
+    registry=REGISTRY,
 )
 OBJECTS_INVALID = Gauge(
-    "prescaler_objects_invalid", "Objects rejected by validation, by kind.", ["kind"], registry=REGISTRY,
+    "prescaler_objects_invalid",
+    "Objects rejected by validation, by kind.",
+    ["kind"],
+    registry=REGISTRY,
 )
 
 # ---------------------------------------------------------------- what an operator alerts on
@@ -62,31 +84,37 @@ OBJECTS_INVALID = Gauge(
 # LRU of the targets HPAs actually queried (see ServedValues).
 
 EVENT_FETCHES = Counter(
-    "prescaler_event_fetches_total", "Source fetches per VirtualMetricEvent by result (success|error).",
-    ["event", "result"], registry=REGISTRY,
+    "prescaler_event_fetches_total",
+    "Source fetches per VirtualMetricEvent by result (success|error).",
+    ["event", "result"],
+    registry=REGISTRY,
 )
 EXPRESSION_FAILURES = Counter(
     "prescaler_expression_failures_total",
     "Expression evaluations that failed (error, missing value, non-finite result) per VirtualMetricEvent; "
     "each drops one contribution.",
-    ["event"], registry=REGISTRY,
+    ["event"],
+    registry=REGISTRY,
 )
 QUERIES = Counter(
     "prescaler_queries_total",
-    "External metric value queries by metric and HTTP status code (metric is \"<unknown>\" for a name no "
+    'External metric value queries by metric and HTTP status code (metric is "<unknown>" for a name no '
     "VirtualMetric serves, so typos cannot grow the series).",
-    ["metric", "code"], registry=REGISTRY,
+    ["metric", "code"],
+    registry=REGISTRY,
 )
 UNKNOWN_TARGET_QUERIES = Counter(
     "prescaler_unknown_target_queries_total",
     "Queries for a target that no VirtualMetricEvent names (served the defaultValue), per metric.",
-    ["metric"], registry=REGISTRY,
+    ["metric"],
+    registry=REGISTRY,
 )
 SERVED_VALUE = Gauge(
     "prescaler_served_value",
     "Value last served for a target an HPA queried (the most recently queried targets only; see "
     "prescaler_served_value_targets_evicted_total).",
-    ["metric", "namespace", "resource"], registry=REGISTRY,
+    ["metric", "namespace", "resource"],
+    registry=REGISTRY,
 )
 SERVED_EVICTED = Counter(
     "prescaler_served_value_targets_evicted_total",
@@ -94,7 +122,9 @@ SERVED_EVICTED = Counter(
     registry=REGISTRY,
 )
 BUILD_INFO = Gauge(
-    "prescaler_build_info", "Always 1; the labels say which prescaler is running.", ["version", "commit"],
+    "prescaler_build_info",
+    "Always 1; the labels say which prescaler is running.",
+    ["version", "commit"],
     registry=REGISTRY,
 )
 UNKNOWN_METRIC = "<unknown>"

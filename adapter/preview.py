@@ -40,10 +40,13 @@ from adapter.store.kube import KubeConfigError
 def add_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser("preview", help="show and explain a metric's values over a coming window")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--manifests", nargs="+", metavar="PATH", help="read the objects from YAML files or "
-                       "directories")
-    where.add_argument("--kubeconfig", metavar="FILE", help="list the objects once from the cluster of this "
-                       "kubeconfig (read-only; Secrets for source headers are read from it too)")
+    where.add_argument("--manifests", nargs="+", metavar="PATH", help="read the objects from YAML files or directories")
+    where.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="list the objects once from the cluster of this "
+        "kubeconfig (read-only; Secrets for source headers are read from it too)",
+    )
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
     parser.add_argument("--metric", required=True)
     parser.add_argument("--namespace", required=True)
@@ -52,8 +55,9 @@ def add_parsers(subparsers: Any) -> None:
     parser.add_argument("--duration", default="2h", help="window length, as the route's duration=")
     parser.add_argument("--for", dest="duration", help=argparse.SUPPRESS)  # the flag's old name
     parser.add_argument("--step", default="1m", help="step (default 1m)")
-    parser.add_argument("--time-zone", default="UTC", help="IANA time zone for the table and the plot "
-                        "(default UTC), e.g. Asia/Seoul")
+    parser.add_argument(
+        "--time-zone", default="UTC", help="IANA time zone for the table and the plot (default UTC), e.g. Asia/Seoul"
+    )
     parser.add_argument("--plot", default=None, help="write a PNG plot of the values")
     parser.add_argument("--json", action="store_true", help="print the full JSON document")
     parser.add_argument("--allow-private-networks", action="store_true")
@@ -167,8 +171,11 @@ async def _preview(args: argparse.Namespace) -> dict[str, Any]:
     else:
         _load_cluster(collector, context, args.kubeconfig, args.context)
     snapshots: dict[str, list[Item]] = {}
-    runners = [SourceRunner(name, source, snapshots.__setitem__, clock=lambda: start)
-               for name, source in collector.sources.items() if name in table.events]
+    runners = [
+        SourceRunner(name, source, snapshots.__setitem__, clock=lambda: start)
+        for name, source in collector.sources.items()
+        if name in table.events
+    ]
     try:
         await asyncio.gather(*(r.fetch_once() for r in runners))
     finally:
@@ -182,8 +189,9 @@ async def _preview(args: argparse.Namespace) -> dict[str, Any]:
         if state.error:
             print(f"warning: {state.error}", file=sys.stderr)
     published = build_published(resolve_metric_names(table.metrics.values()).served, table.feeds(), start)
-    req = PreviewRequest(args.metric, args.namespace, args.resource, start,
-                         parse_duration(args.duration), parse_duration(args.step))
+    req = PreviewRequest(
+        args.metric, args.namespace, args.resource, start, parse_duration(args.duration), parse_duration(args.step)
+    )
     doc = preview_document(published, table.events, req)
     if isinstance(doc, MetricNotFound):
         raise LookupError(doc.message)
@@ -195,16 +203,23 @@ def _clock(unix: float, zone: tzinfo) -> str:
 
 
 def _print_table(doc: dict[str, Any], zone: tzinfo) -> None:
-    print(f"# {doc['metric']} for {doc['namespace']}/{doc['resource']} (VirtualMetric {doc['virtualMetric']}, "
-          f"{doc['mergeStrategy']}, leadTime {doc['leadTime']:g}s, default {doc['defaultValue']:g}; times in {zone})")
+    print(
+        f"# {doc['metric']} for {doc['namespace']}/{doc['resource']} (VirtualMetric {doc['virtualMetric']}, "
+        f"{doc['mergeStrategy']}, leadTime {doc['leadTime']:g}s, default {doc['defaultValue']:g}; times in {zone})"
+    )
     print(f"# {doc['explanation']}")
     print(f"{'time':<25} {'value':>12} {'peak':>6}  contributions at the peak")
     for step in doc["steps"]:
-        parts = [f"{c['event']}[{c['entry']}] {c['expression']}={c['value']:g} "
-                 f"@{_clock(c['start'], zone)}-{_clock(c['end'], zone)}" for c in step["contributions"]]
+        parts = [
+            f"{c['event']}[{c['entry']}] {c['expression']}={c['value']:g} "
+            f"@{_clock(c['start'], zone)}-{_clock(c['end'], zone)}"
+            for c in step["contributions"]
+        ]
         when = datetime.fromtimestamp(step["unix"], tz=zone).isoformat(timespec="seconds")
-        print(f"{when:<25} {step['value']:>12g} {_clock(step['peakUnix'], zone):>6}  "
-              f"{'; '.join(parts) if parts else '(default)'}")
+        print(
+            f"{when:<25} {step['value']:>12g} {_clock(step['peakUnix'], zone):>6}  "
+            f"{'; '.join(parts) if parts else '(default)'}"
+        )
     for failed in doc.get("failedContributions", []):
         print(f"# dropped: {failed['event']}[{failed['entry']}] item {failed['itemId']}: {failed.get('error')}")
 
@@ -225,16 +240,40 @@ def _plot(doc: dict[str, Any], path: str, zone: tzinfo) -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     if objects and doc["mergeStrategy"] == "Sum":
         shares = [[s["loadByObject"].get(name, 0.0) for s in steps] for name in objects]
-        ax.stackplot(times, *shares, labels=[f"load from {name}" for name in objects], alpha=0.45,  # type: ignore[arg-type]
-                     step="post")
+        ax.stackplot(
+            times,  # type: ignore[arg-type]
+            *shares,
+            labels=[f"load from {name}" for name in objects],
+            alpha=0.45,
+            step="post",
+        )
     else:
         for name in objects:
-            ax.step(times, [s["loadByObject"].get(name, float("nan")) for s in steps], where="post",  # type: ignore[arg-type]
-                    alpha=0.6, linewidth=1, label=f"load from {name}")
-    ax.step(times, load, where="post", color="black", linewidth=1, linestyle="--",  # type: ignore[arg-type]
-            label=f"merged load F(t) ({doc['mergeStrategy']}, default {doc['defaultValue']:g})")
-    ax.step(times, served, where="post", color="tab:red", linewidth=2,  # type: ignore[arg-type]
-            label=f"served V(t) (peak of F over the next {doc['leadTime']:g}s, clamped)")
+            ax.step(
+                times,  # type: ignore[arg-type]
+                [s["loadByObject"].get(name, float("nan")) for s in steps],
+                where="post",
+                alpha=0.6,
+                linewidth=1,
+                label=f"load from {name}",
+            )
+    ax.step(
+        times,  # type: ignore[arg-type]
+        load,
+        where="post",
+        color="black",
+        linewidth=1,
+        linestyle="--",
+        label=f"merged load F(t) ({doc['mergeStrategy']}, default {doc['defaultValue']:g})",
+    )
+    ax.step(
+        times,  # type: ignore[arg-type]
+        served,
+        where="post",
+        color="tab:red",
+        linewidth=2,
+        label=f"served V(t) (peak of F over the next {doc['leadTime']:g}s, clamped)",
+    )
     ax.set_title(f"{doc['metric']} for {doc['namespace']}/{doc['resource']} (VirtualMetric {doc['virtualMetric']})")
     ax.set_xlabel(f"time ({zone})")
     ax.set_ylabel(doc["metric"])

@@ -28,8 +28,15 @@ INLINE_TARGETS = 2000
 
 
 class Publisher:
-    def __init__(self, table: ObjectTable, clock: Callable[[], float], handoff: LoopHandOff,
-                 on_published: Callable[[], None], rebuild_delay: float, snapshot_delay: float):
+    def __init__(
+        self,
+        table: ObjectTable,
+        clock: Callable[[], float],
+        handoff: LoopHandOff,
+        on_published: Callable[[], None],
+        rebuild_delay: float,
+        snapshot_delay: float,
+    ):
         self.table, self.clock, self.handoff, self.on_published = table, clock, handoff, on_published
         self.rebuild_delay = rebuild_delay
         # An item snapshot rebuilds only its targets (milliseconds), so it waits less to coalesce.
@@ -88,14 +95,23 @@ class Publisher:
                 if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
                     pieces = split_targets(targets, INLINE_TARGETS)
                     for number, piece in enumerate(pieces, 1):
-                        self.published = publish_changes(self.names.served, feeds, self.clock(), self.published,
-                                                         set(), piece, events)
+                        self.published = publish_changes(
+                            self.names.served, feeds, self.clock(), self.published, set(), piece, events
+                        )
                         if number < len(pieces):
                             heap.after_publish()
                             await asyncio.sleep(0)
                 else:  # whole partitions: the numpy-heavy build runs off the loop
-                    self.published = await asyncio.to_thread(publish_changes, self.names.served, feeds,
-                                                             self.clock(), self.published, partitions, targets, events)
+                    self.published = await asyncio.to_thread(
+                        publish_changes,
+                        self.names.served,
+                        feeds,
+                        self.clock(),
+                        self.published,
+                        partitions,
+                        targets,
+                        events,
+                    )
                 heap.after_publish()
                 obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
                 self.on_published()

@@ -146,8 +146,9 @@ def _metadata(doc: Mapping[str, Any], kind: str) -> tuple[str, Mapping[str, Any]
         raise ValidationError("metadata.name", f"{name!r} is not a valid DNS-1123 subdomain", obj=f"{kind}/{name}")
     if meta.get("namespace"):
         # Cluster-scoped resources: a namespace in the manifest is a mistake worth reporting.
-        raise ValidationError("metadata.namespace", f"{kind} is cluster-scoped; remove the namespace",
-                              obj=f"{kind}/{name}")
+        raise ValidationError(
+            "metadata.namespace", f"{kind} is cluster-scoped; remove the namespace", obj=f"{kind}/{name}"
+        )
     return name, meta
 
 
@@ -173,12 +174,13 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
     try:
         _check_type(doc, KIND_METRIC)
         spec = expect_mapping(doc.get("spec", {}) or {}, "spec")
-        reject_unknown(spec, ("name", "defaultValue", "mergeStrategy", "leadTime", "holdTime", "min", "max"),
-                       "spec")
+        reject_unknown(spec, ("name", "defaultValue", "mergeStrategy", "leadTime", "holdTime", "min", "max"), "spec")
         metric_name = read_string(spec, "name", "spec", default=name) or name
         if not _METRIC_NAME.match(metric_name) or metric_name in (".", ".."):
-            raise ValidationError("spec.name", f"{metric_name!r} is not a valid metric name (a URL path "
-                                  "segment: letters, digits, '-', '_', '.', ':')")
+            raise ValidationError(
+                "spec.name",
+                f"{metric_name!r} is not a valid metric name (a URL path segment: letters, digits, '-', '_', '.', ':')",
+            )
         minimum = read_number(spec, "min", "spec")
         maximum = read_number(spec, "max", "spec")
         if minimum is not None and maximum is not None and minimum > maximum:
@@ -188,11 +190,12 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
             metric_name=metric_name,
             policy=MetricPolicy(
                 default_value=read_number(spec, "defaultValue", "spec", default=0.0) or 0.0,
-                merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum",
-                                           choices=MERGE_STRATEGIES) or "Sum",
+                merge_strategy=read_string(spec, "mergeStrategy", "spec", default="Sum", choices=MERGE_STRATEGIES)
+                or "Sum",
                 # Auto: learnt in cluster mode (adapter.store.leadtime); 5m until a measurement exists.
-                lead_time=300.0 if spec.get("leadTime") == "Auto" else read_duration(
-                    spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
+                lead_time=300.0
+                if spec.get("leadTime") == "Auto"
+                else read_duration(spec, "leadTime", "spec", 0.0, maximum=7 * 86400.0),
                 hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
                 min=minimum,
                 max=maximum,
@@ -216,7 +219,9 @@ def _check_type(doc: Mapping[str, Any], kind: str) -> None:
 # ---------------------------------------------------------------- VirtualMetricEvent
 
 
-def parse_virtual_metric_event(doc: Mapping[str, Any], source_parsers: Mapping[str, SourceKindParser]) -> VirtualMetricEvent:
+def parse_virtual_metric_event(
+    doc: Mapping[str, Any], source_parsers: Mapping[str, SourceKindParser]
+) -> VirtualMetricEvent:
     """Parse a VirtualMetricEvent. `source_parsers[kind](kind, spec, path)` validates a source's block."""
     name, meta = _metadata(doc, KIND_EVENT)
     obj = f"{KIND_EVENT}/{name}"
@@ -227,11 +232,18 @@ def parse_virtual_metric_event(doc: Mapping[str, Any], source_parsers: Mapping[s
         source = _parse_source(spec.get("source"), source_parsers)
         metrics = _parse_metric_entries(spec.get("metrics"))
         labels = meta.get("labels") or {}
-        if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                        for k, v in labels.items()):
+        if not isinstance(labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
             raise ValidationError("metadata.labels", "expected a map of string to string")
-        return VirtualMetricEvent(name=name, source=source, metrics=metrics, labels=dict(labels),
-                                  generation=_generation(meta), uid=str(meta.get("uid", "")))
+        return VirtualMetricEvent(
+            name=name,
+            source=source,
+            metrics=metrics,
+            labels=dict(labels),
+            generation=_generation(meta),
+            uid=str(meta.get("uid", "")),
+        )
     except ValidationError as exc:
         raise exc.for_object(obj) from None
 
@@ -244,8 +256,10 @@ def _parse_source(raw: Any, source_parsers: Mapping[str, SourceKindParser]) -> S
     reject_unknown(src, known + COMMON_SOURCE_FIELDS, "spec.source")
     kinds = [k for k in known if k in src]
     if len(kinds) != 1:
-        raise ValidationError("spec.source", f"exactly one of {', '.join(known)} is required"
-                              + (f" (got {', '.join(kinds)})" if kinds else ""))
+        raise ValidationError(
+            "spec.source",
+            f"exactly one of {', '.join(known)} is required" + (f" (got {', '.join(kinds)})" if kinds else ""),
+        )
     kind = kinds[0]
     block = dict(expect_mapping(src[kind], f"spec.source.{kind}"))
     # The shared settings may sit beside the kind or inside its block; the same field in
@@ -315,8 +329,13 @@ def _common_entry(item: Any, metric_ok: dict[str, bool], namespace_ok: dict[str,
     if type(item) is not dict or item.keys() != _ENTRY_FIELDS:
         return None
     metric, resource, value = item["name"], item["resource"], item["value"]
-    if (type(metric) is not str or type(resource) is not dict or type(value) is not dict
-            or resource.keys() != _RESOURCE_FIELDS or len(value) != 1):
+    if (
+        type(metric) is not str
+        or type(resource) is not dict
+        or type(value) is not dict
+        or resource.keys() != _RESOURCE_FIELDS
+        or len(value) != 1
+    ):
         return None
     namespace, name, expression = resource["namespace"], resource["name"], value.get("expression")
     if type(namespace) is not str or type(name) is not str or type(expression) is not str:

@@ -64,8 +64,9 @@ class ContributionArrays:
     def concat(parts: Sequence[ContributionArrays]) -> ContributionArrays:
         if not parts:
             return ContributionArrays.empty()
-        return ContributionArrays(*(np.concatenate([getattr(p, f) for p in parts])
-                                    for f in ("key", "start", "end", "value")))
+        return ContributionArrays(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("key", "start", "end", "value"))
+        )
 
 
 def to_ms(seconds: np.ndarray | Sequence[float] | float) -> np.ndarray:
@@ -75,8 +76,14 @@ def to_ms(seconds: np.ndarray | Sequence[float] | float) -> np.ndarray:
 class TimelineSet:
     """V(t) for many keys, precomputed. Immutable once built; safe to share across threads."""
 
-    def __init__(self, keys: list[Hashable], pre_values: np.ndarray, offsets: np.ndarray,
-                 break_ms: np.ndarray, values: np.ndarray):
+    def __init__(
+        self,
+        keys: list[Hashable],
+        pre_values: np.ndarray,
+        offsets: np.ndarray,
+        break_ms: np.ndarray,
+        values: np.ndarray,
+    ):
         self.keys = keys
         self.index = {key: i for i, key in enumerate(keys)}
         self._pre = pre_values  # V before the key's first breakpoint (clamped default)
@@ -128,7 +135,7 @@ class TimelineSet:
     def breakpoints(self, key: Hashable) -> np.ndarray:
         """Times (seconds) at which V changes for this key (for previews and plots)."""
         k = self.index[key]
-        return self._break_ms[self._offsets_list[k]:self._offsets_list[k + 1]] / 1000.0
+        return self._break_ms[self._offsets_list[k] : self._offsets_list[k + 1]] / 1000.0
 
     @property
     def nbytes(self) -> int:
@@ -164,9 +171,13 @@ def build_timeline(policy: MetricPolicy, contributions: Iterable[Contribution]) 
     return Timeline(build_timelines([0], [policy], arrays))
 
 
-def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
-                    contributions: ContributionArrays, policy_index: np.ndarray | None = None,
-                    workers: int = 1) -> TimelineSet:
+def build_timelines(
+    keys: list[Hashable],
+    policies: Sequence[MetricPolicy],
+    contributions: ContributionArrays,
+    policy_index: np.ndarray | None = None,
+    workers: int = 1,
+) -> TimelineSet:
     """Build V for every key at once; `contributions.key` indexes `keys`.
 
     Policies: either one per key (`policies[k]` for `keys[k]`), or, with `policy_index`, a small
@@ -198,19 +209,28 @@ def build_timelines(keys: list[Hashable], policies: Sequence[MetricPolicy],
         jobs = []
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             sel = (key >= lo) & (key < hi)
-            jobs.append((int(hi - lo), which[lo:hi], ContributionArrays(
-                key[sel] - lo, contributions.start[sel], contributions.end[sel], contributions.value[sel])))
+            jobs.append(
+                (
+                    int(hi - lo),
+                    which[lo:hi],
+                    ContributionArrays(
+                        key[sel] - lo, contributions.start[sel], contributions.end[sel], contributions.value[sel]
+                    ),
+                )
+            )
         with ThreadPoolExecutor(max_workers=chunks) as pool:
             parts = list(pool.map(lambda job: _build_arrays(job[0], table, job[1], job[2]), jobs))
     pre = np.concatenate([p[0] for p in parts])
     shifts = np.cumsum([0] + [len(p[2]) for p in parts[:-1]])
     offsets = np.concatenate([[0]] + [p[1][1:] + shift for p, shift in zip(parts, shifts)]).astype(np.int64)
-    return TimelineSet(list(keys), pre, offsets, np.concatenate([p[2] for p in parts]),
-                       np.concatenate([p[3] for p in parts]))
+    return TimelineSet(
+        list(keys), pre, offsets, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
+    )
 
 
-def _build_arrays(n_keys: int, table: Sequence[MetricPolicy], which: np.ndarray,
-                  contributions: ContributionArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _build_arrays(
+    n_keys: int, table: Sequence[MetricPolicy], which: np.ndarray, contributions: ContributionArrays
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(pre values, offsets, breakpoints in unix ms, values) for keys 0..n_keys-1."""
     default = np.array([p.default_value for p in table], dtype=float)[which]
     lead_ms = to_ms([p.lead_time for p in table])[which] if n_keys else np.empty(0, np.int64)
@@ -233,7 +253,7 @@ def _build_arrays(n_keys: int, table: Sequence[MetricPolicy], which: np.ndarray,
     key_shift = kidx << _TIME_BITS
     s_comb, e_comb = key_shift | start, key_shift | end
     breaks, rank = _unique_with_rank(np.concatenate([s_comb, e_comb]))  # segment j = [breaks[j], breaks[j+1])
-    i_s, i_e = rank[:len(s_comb)], rank[len(s_comb):]
+    i_s, i_e = rank[: len(s_comb)], rank[len(s_comb) :]
     seg, seg_val = _expand_ranges(i_s, i_e, value)
     n_b = len(breaks)
     count = np.bincount(seg, minlength=n_b)

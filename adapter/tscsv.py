@@ -76,8 +76,9 @@ def _timestamp(text: str, line_no: int) -> float:
         try:
             return parse_iso(text)
         except ValueError:
-            raise CsvSeriesError(f"line {line_no}: timestamp {text[:60]!r} is neither Unix seconds "
-                                 "nor an ISO 8601 date-time") from None
+            raise CsvSeriesError(
+                f"line {line_no}: timestamp {text[:60]!r} is neither Unix seconds nor an ISO 8601 date-time"
+            ) from None
     if not math.isfinite(value):
         raise CsvSeriesError(f"line {line_no}: timestamp {text[:60]!r} is not finite")
     return value

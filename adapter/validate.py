@@ -73,8 +73,7 @@ def to_json_schema(node: Schema) -> Schema:
         # Keep the value validations (pattern applies to strings only, minimum to numbers only).
         out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
     preserve = node.get("x-kubernetes-preserve-unknown-fields", False)
-    if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out \
-            and not preserve:
+    if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out and not preserve:
         # Structural schemas drop unknown fields; strict field validation makes them errors.
         out["additionalProperties"] = False
     # OpenAPI 3.0 writes exclusive bounds as booleans beside minimum/maximum; JSON Schema as numbers.
@@ -146,8 +145,10 @@ class CrdValidator:
 
     def schema_errors(self, doc: Any) -> list[tuple[str, str]]:
         """(field path, message) pairs."""
-        return [(".".join(str(p) for p in error.absolute_path) or "<root>", error.message)
-                for error in self.validator.iter_errors(as_json(doc))]
+        return [
+            (".".join(str(p) for p in error.absolute_path) or "<root>", error.message)
+            for error in self.validator.iter_errors(as_json(doc))
+        ]
 
     def errors(self, doc: Any) -> list[str]:
         found = [f"{where}: {message}" for where, message in self.schema_errors(doc)]
@@ -177,8 +178,9 @@ def _celpy() -> Any:
     try:
         import celpy  # type: ignore[import-untyped]
     except ImportError as exc:
-        raise CelUnavailable(f"the CRDs' CEL rules cannot be checked: cel-python is not installed ({exc}); "
-                             "pip install cel-python") from None
+        raise CelUnavailable(
+            f"the CRDs' CEL rules cannot be checked: cel-python is not installed ({exc}); pip install cel-python"
+        ) from None
     return celpy
 
 
@@ -434,8 +436,9 @@ class Validator:
             return (name if isinstance(name, str) else None), []
         raw_entries = spec.get("metrics")
         entries: list[Any] = raw_entries if isinstance(raw_entries, list) else []
-        return None, [(i, e["name"]) for i, e in enumerate(entries) if isinstance(e, dict)
-                      and isinstance(e.get("name"), str)]
+        return None, [
+            (i, e["name"]) for i, e in enumerate(entries) if isinstance(e, dict) and isinstance(e.get("name"), str)
+        ]
 
     def cross_checks(self, objects: list[Checked]) -> None:
         served: dict[str, Checked] = {}
@@ -444,22 +447,31 @@ class Validator:
             key = (obj.doc.kind, obj.doc.name)
             if key in seen and obj.doc.name != "?":
                 first = seen[key].doc
-                self.warn(obj.doc, f"metadata.name: {obj.doc.kind}/{obj.doc.name} is also defined in "
-                                   f"{first.file}:{first.line}; only one of them can exist in a cluster")
+                self.warn(
+                    obj.doc,
+                    f"metadata.name: {obj.doc.kind}/{obj.doc.name} is also defined in "
+                    f"{first.file}:{first.line}; only one of them can exist in a cluster",
+                )
             seen.setdefault(key, obj)
             if obj.metric_name is None:
                 continue
             if obj.metric_name in served and served[obj.metric_name].doc.name != obj.doc.name:
                 other = served[obj.metric_name].doc
-                self.warn(obj.doc, f"spec.name: metric {obj.metric_name!r} is also served by "
-                                   f"VirtualMetric/{other.name} ({other.file}:{other.line}); only the older "
-                                   "object serves it")
+                self.warn(
+                    obj.doc,
+                    f"spec.name: metric {obj.metric_name!r} is also served by "
+                    f"VirtualMetric/{other.name} ({other.file}:{other.line}); only the older "
+                    "object serves it",
+                )
             served.setdefault(obj.metric_name, obj)
         for obj in objects:
             for index, metric in obj.references:
                 if metric not in served:
-                    self.warn(obj.doc, f"spec.metrics[{index}].name: no VirtualMetric in the given files "
-                                       f"serves metric {metric!r} (its values are not served until one does)")
+                    self.warn(
+                        obj.doc,
+                        f"spec.metrics[{index}].name: no VirtualMetric in the given files "
+                        f"serves metric {metric!r} (its values are not served until one does)",
+                    )
 
 
 def value_names(vme: Any) -> frozenset[str] | None:
@@ -480,14 +492,19 @@ def value_names(vme: Any) -> frozenset[str] | None:
 
 def add_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "validate", help="check VirtualMetric/VirtualMetricEvent manifests offline (for CI)",
+        "validate",
+        help="check VirtualMetric/VirtualMetricEvent manifests offline (for CI)",
         description="Check manifests offline as the cluster and prescaler will: the CRD schema and its CEL "
-                    "rules, the server's own parser and the expressions. Directories are searched for "
-                    "*.yaml, *.yml and *.json; other kinds of objects are skipped. Exit code 0 when valid "
-                    "(warnings allowed), 1 when invalid (or with a warning under --strict), 2 on a usage error.")
+        "rules, the server's own parser and the expressions. Directories are searched for "
+        "*.yaml, *.yml and *.json; other kinds of objects are skipped. Exit code 0 when valid "
+        "(warnings allowed), 1 when invalid (or with a warning under --strict), 2 on a usage error.",
+    )
     parser.add_argument("paths", nargs="+", metavar="FILE|DIR", help="manifest files or directories")
-    parser.add_argument("--strict", action="store_true",
-                        help="treat warnings (unknown kinds, metrics no VirtualMetric serves) as errors")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat warnings (unknown kinds, metrics no VirtualMetric serves) as errors",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="print problems only, no summary line")
     parser.set_defaults(func=run)
 
@@ -505,8 +522,11 @@ def run(args: argparse.Namespace) -> int:
         errors = sum(p.severity == "error" for p in validator.problems)
         warnings = len(validator.problems) - errors
         verdict = "invalid" if code else "valid"
-        print(f"{verdict}: {validator.checked} prescaler object(s) checked, {errors} error(s), "
-              f"{warnings} warning(s), {validator.skipped} other document(s) skipped", file=sys.stderr)
+        print(
+            f"{verdict}: {validator.checked} prescaler object(s) checked, {errors} error(s), "
+            f"{warnings} warning(s), {validator.skipped} other document(s) skipped",
+            file=sys.stderr,
+        )
     return code
 
 

@@ -19,15 +19,16 @@ def git_commit() -> str:
         return env
     root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=2, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2, check=True
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 
 def version_info() -> dict[str, str]:
-    major, minor, *_ = (__version__.split(".") + ["0", "0"])
+    major, minor, *_ = __version__.split(".") + ["0", "0"]
     return {
         "major": major,
         "minor": minor,

@@ -33,9 +33,14 @@ from adapter.forecast.prep import DAY, WEEK, season_steps
 DEFAULT_TRACES = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "traces")  # ../shared beside the repo
 HORIZON_MINUTES = (5, 15, 30)
 GOAL_MINUTES = 15
-OURS = (("lastValue", "lastValue", None), ("snDaily", "seasonalNaive", DAY),
-        ("snWeekly", "seasonalNaive", WEEK), ("holtWinters", "holtWinters", None),
-        ("harmonic", "harmonic", None), ("auto", "auto", None))  # first three: computed raw
+OURS = (
+    ("lastValue", "lastValue", None),
+    ("snDaily", "seasonalNaive", DAY),
+    ("snWeekly", "seasonalNaive", WEEK),
+    ("holtWinters", "holtWinters", None),
+    ("harmonic", "harmonic", None),
+    ("auto", "auto", None),
+)  # first three: computed raw
 NAIVE = ("lastValue", "snDaily", "snWeekly")
 SM_HISTORY_DAYS = 8
 SM_MAX_POINTS = 8640  # 6 days at 1 minute: statsmodels takes seconds per fit beyond that
@@ -62,8 +67,10 @@ def _statsmodels_available() -> bool:
     try:
         import statsmodels
     except ImportError:
-        print("statsmodels not importable: skipping the statsmodels Holt-Winters column "
-              "(pip install statsmodels into the venv to include it)")
+        print(
+            "statsmodels not importable: skipping the statsmodels Holt-Winters column "
+            "(pip install statsmodels into the venv to include it)"
+        )
         return False
     print(f"statsmodels {statsmodels.__version__} (bench-only dependency) for the Holt-Winters column")
     return True
@@ -73,10 +80,11 @@ def bench_trace(path: Path, n_origins: int, use_sm: bool) -> dict:
     _, values, step = read_series(path)
     horizons = sorted({max(1, math.ceil(mins * 60 / step - 1e-9)) for mins in HORIZON_MINUTES})
     goal_h = max(1, math.ceil(GOAL_MINUTES * 60 / step - 1e-9))
-    print(f"\n== {path.name}: {len(values)} points, step {step:g}s, horizons {horizons} step(s), "
-          f"{n_origins} origins over the last week")
-    origins = pick_origins(len(values), step, max(horizons), count=n_origins,
-                           min_history=len(values) // 3)
+    print(
+        f"\n== {path.name}: {len(values)} points, step {step:g}s, horizons {horizons} step(s), "
+        f"{n_origins} origins over the last week"
+    )
+    origins = pick_origins(len(values), step, max(horizons), count=n_origins, min_history=len(values) // 3)
     batch = window_batch(values, origins, step)
     print(f"   history window per origin: {batch.shape[1] * step / DAY:.1f} days")
     scale = mase_scale(values, step, int(origins[0]) + 1)
@@ -88,7 +96,7 @@ def bench_trace(path: Path, n_origins: int, use_sm: bool) -> dict:
         actual = values[origins + h]
         maes: dict[str, float] = {}
         chosen: dict[str, int] = {}
-        cover = float('nan')
+        cover = float("nan")
         # The baselines are their textbook definitions on the raw trace (no gap filling or
         # despiking as our models do), so the ratios compare against the real thing.
         maes["lastValue"] = float(np.nanmean(np.abs(actual - values[origins])))
@@ -111,50 +119,71 @@ def bench_trace(path: Path, n_origins: int, use_sm: bool) -> dict:
             maes["statsmodelsHW"] = float(np.nanmean(np.abs(actual - sm_fc[:, h - 1])))
         cells = [f"{h:>12}"] + [f"{maes[n]:>12.4g}" if n in maes else f"{'n/a':>12}" for n in header[1:]]
         print("   MAE   " + " ".join(cells))
-        print("   MASE  " + " ".join([f"{'':>12}"] + [f"{maes[n] / scale:>12.3f}" if n in maes
-                                                     else f"{'n/a':>12}" for n in header[1:]]))
+        print(
+            "   MASE  "
+            + " ".join(
+                [f"{'':>12}"] + [f"{maes[n] / scale:>12.3f}" if n in maes else f"{'n/a':>12}" for n in header[1:]]
+            )
+        )
         best_naive = min(maes[n] for n in NAIVE if n in maes)
-        print(f"   auto/best-naive {maes['auto'] / best_naive:.3f}   upper(90%) coverage {cover:.3f}"
-              f"   auto used {dict(sorted(chosen.items()))}")
+        print(
+            f"   auto/best-naive {maes['auto'] / best_naive:.3f}   upper(90%) coverage {cover:.3f}"
+            f"   auto used {dict(sorted(chosen.items()))}"
+        )
         per_h[h] = (maes, cover)
     maes, cover = per_h[goal_h]
     best_naive = min(maes[n] for n in NAIVE if n in maes)
-    return {"trace": path.name, "ratio": maes["auto"] / best_naive, "coverage": cover,
-            "auto": maes["auto"], "sm": maes.get("statsmodelsHW"), "best_naive": best_naive}
+    return {
+        "trace": path.name,
+        "ratio": maes["auto"] / best_naive,
+        "coverage": cover,
+        "auto": maes["auto"],
+        "sm": maes.get("statsmodelsHW"),
+        "best_naive": best_naive,
+    }
 
 
-def statsmodels_forecasts(values: np.ndarray, origins: np.ndarray, step: float,
-                          horizon: int) -> np.ndarray:
+def statsmodels_forecasts(values: np.ndarray, origins: np.ndarray, step: float, horizon: int) -> np.ndarray:
     """Damped additive Holt-Winters (daily season) from statsmodels, fitted at every origin."""
     m = season_steps(DAY, step)
     length = int(min(origins[0] + 1, SM_MAX_POINTS, max(SM_HISTORY_DAYS * DAY / step, 4 * m)))
-    jobs = [(values[o + 1 - length: o + 1], m, horizon) for o in origins]
+    jobs = [(values[o + 1 - length : o + 1], m, horizon) for o in origins]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
         out = np.array(list(pool.map(_sm_fit, jobs)))
-    print(f"   statsmodels HW: {len(jobs)} fits on {length} points (season {m}) "
-          f"in {time.perf_counter() - start:.1f}s")
+    print(f"   statsmodels HW: {len(jobs)} fits on {length} points (season {m}) in {time.perf_counter() - start:.1f}s")
     return out
 
 
 def _sm_fit(job: tuple[np.ndarray, int, int]) -> np.ndarray:
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
     history, m, horizon = job
     history = np.where(np.isfinite(history), history, np.nanmean(history))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = ExponentialSmoothing(history, trend="add", damped_trend=True, seasonal="add",
-                                   seasonal_periods=m, initialization_method="estimated").fit()
+        fit = ExponentialSmoothing(
+            history,
+            trend="add",
+            damped_trend=True,
+            seasonal="add",
+            seasonal_periods=m,
+            initialization_method="estimated",
+        ).fit()
         return np.asarray(fit.forecast(horizon))
 
 
 def print_goals(rows: list[dict], use_sm: bool) -> None:
     print(f"\n== goals at {GOAL_MINUTES} minutes")
-    print(f"   {'trace':<45} {'auto MAE':>10} {'best naive':>10} {'ratio':>7} {'<=1.05':>7} "
-          f"{'cover90':>8} {'>=0.88':>7}" + (f" {'sm HW':>10} {'auto<=sm':>9}" if use_sm else ""))
+    print(
+        f"   {'trace':<45} {'auto MAE':>10} {'best naive':>10} {'ratio':>7} {'<=1.05':>7} "
+        f"{'cover90':>8} {'>=0.88':>7}" + (f" {'sm HW':>10} {'auto<=sm':>9}" if use_sm else "")
+    )
     for r in rows:
-        line = (f"   {r['trace']:<45} {r['auto']:>10.4g} {r['best_naive']:>10.4g} {r['ratio']:>7.3f} "
-                f"{_ok(r['ratio'] <= 1.05):>7} {r['coverage']:>8.3f} {_ok(r['coverage'] >= 0.88):>7}")
+        line = (
+            f"   {r['trace']:<45} {r['auto']:>10.4g} {r['best_naive']:>10.4g} {r['ratio']:>7.3f} "
+            f"{_ok(r['ratio'] <= 1.05):>7} {r['coverage']:>8.3f} {_ok(r['coverage'] >= 0.88):>7}"
+        )
         if use_sm and r["sm"] is not None:
             line += f" {r['sm']:>10.4g} {_ok(r['auto'] <= r['sm']):>9}"
         print(line)
@@ -184,11 +213,10 @@ def bench_speed(files: list[Path]) -> None:
         start = time.perf_counter()
         fit_predict(series, 60.0, 15)
         times.append(time.perf_counter() - start)
-    print(f"   one series: median {np.median(times) * 1000:.1f} ms, min {min(times) * 1000:.1f} ms "
-          f"(goal < 50 ms)")
+    print(f"   one series: median {np.median(times) * 1000:.1f} ms, min {min(times) * 1000:.1f} ms (goal < 50 ms)")
     rng = np.random.default_rng(1)
     offsets = rng.integers(0, max(1, len(values) - n), size=1000)
-    batch = np.stack([values[o: o + n] for o in offsets]) * rng.uniform(0.5, 2.0, size=(1000, 1))
+    batch = np.stack([values[o : o + n] for o in offsets]) * rng.uniform(0.5, 2.0, size=(1000, 1))
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
         list(pool.map(_many, np.array_split(batch, 2)))

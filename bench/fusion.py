@@ -72,8 +72,11 @@ class Events:
         return out
 
     def items(self, published_by: float, since: float) -> list[Item]:
-        return [Item(start=float(s), end=float(e), values={"audience": float(a)})
-                for s, e, a in zip(self.starts, self.ends, self.sizes) if s - NOTICE <= published_by and e > since]
+        return [
+            Item(start=float(s), end=float(e), values={"audience": float(a)})
+            for s, e, a in zip(self.starts, self.ends, self.sizes)
+            if s - NOTICE <= published_by and e > since
+        ]
 
 
 def inject(trace: Trace, window: tuple[float, float], seed: int) -> tuple[Trace, Events, float]:
@@ -98,8 +101,9 @@ def inject(trace: Trace, window: tuple[float, float], seed: int) -> tuple[Trace,
     return Trace(trace.timestamps, values, trace.step), events, beta
 
 
-def refit_forecasts(trace: Trace, events: Events, refits: list[float], lookback: int, horizon: int,
-                    fused: bool) -> tuple[list[tuple[float, np.ndarray, np.ndarray, np.ndarray]], list[Effects]]:
+def refit_forecasts(
+    trace: Trace, events: Events, refits: list[float], lookback: int, horizon: int, fused: bool
+) -> tuple[list[tuple[float, np.ndarray, np.ndarray, np.ndarray]], list[Effects]]:
     """(last history time, forecast, lower, upper) per refit; fused: with the announcement regressor."""
     step = trace.step
     rows, lasts, futures, effects_of = [], [], [], []
@@ -122,7 +126,7 @@ def refit_forecasts(trace: Trace, events: Events, refits: list[float], lookback:
     out = []
     batch = 64
     for lo in range(0, len(rows), batch):
-        results = fit_predict_many(np.stack(rows[lo:lo + batch]), step, horizon, model="auto", quantile=QUANTILE)
+        results = fit_predict_many(np.stack(rows[lo : lo + batch]), step, horizon, model="auto", quantile=QUANTILE)
         for j, res in enumerate(results):
             i = lo + j
             f, low, up = res.forecast, res.lower, res.upper
@@ -134,43 +138,78 @@ def refit_forecasts(trace: Trace, events: Events, refits: list[float], lookback:
 
 def hpa_doc(capacity: str) -> dict:
     def external(name: str) -> dict:
-        return {"type": "External", "external": {
-            "metric": {"name": name, "selector": {"matchLabels": {"resource": "web"}}},
-            "target": {"type": "AverageValue", "averageValue": capacity}}}
+        return {
+            "type": "External",
+            "external": {
+                "metric": {"name": name, "selector": {"matchLabels": {"resource": "web"}}},
+                "target": {"type": "AverageValue", "averageValue": capacity},
+            },
+        }
 
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "web", "namespace": "bench"},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                     "minReplicas": 1, "maxReplicas": MAX_REPLICAS, "behavior": {},
-                     "metrics": [external("rps-now"), external("rps-forecast")]}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "bench"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 1,
+            "maxReplicas": MAX_REPLICAS,
+            "behavior": {},
+            "metrics": [external("rps-now"), external("rps-forecast")],
+        },
+    }
 
 
 def vme(name: str, expression: str) -> VirtualMetricEvent:
     return VirtualMetricEvent(
-        name=name, source=SourceSpec(kind="api", config=None, common=CommonSourceSettings(interval=60.0), raw={}),
-        metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),))
+        name=name,
+        source=SourceSpec(kind="api", config=None, common=CommonSourceSettings(interval=60.0), raw={}),
+        metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),),
+    )
 
 
 def forecast_items(fits: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]], step: float) -> list[tuple[Item, ...]]:
     out = []
     for last, f, low, up in fits:
-        out.append(tuple(Item(start=last + (i + 1) * step, end=last + (i + 2) * step,
-                              values={"forecast": float(f[i]), "lower": float(low[i]), "upper": float(up[i])})
-                         for i in range(len(f))))
+        out.append(
+            tuple(
+                Item(
+                    start=last + (i + 1) * step,
+                    end=last + (i + 2) * step,
+                    values={"forecast": float(f[i]), "lower": float(low[i]), "upper": float(up[i])},
+                )
+                for i in range(len(f))
+            )
+        )
     return out
 
 
 def simulate(trace: Trace, start: float, duration: float, capacity: str, recorded: dict, events_: list) -> dict:
-    doc = {"hpa": hpa_doc(capacity), "tick": "15s", "start": start, "duration": duration,
-           "workload": {"replicas": 1, "startupDelay": "5m", "capacityPerPod": float(capacity)},
-           "traffic": {"points": np.column_stack([trace.timestamps, trace.values]).tolist(), "interpolation": "step"},
-           "metrics": {"rps-now": {"from": "traffic"}, "rps-forecast": {"from": "prescaler"}},
-           "manifests": [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
-                          "metadata": {"name": "rps-forecast"}, "spec": {"defaultValue": 0, "leadTime": "5m"}}],
-           "baselines": {"leadTime": "5m"}}
+    doc = {
+        "hpa": hpa_doc(capacity),
+        "tick": "15s",
+        "start": start,
+        "duration": duration,
+        "workload": {"replicas": 1, "startupDelay": "5m", "capacityPerPod": float(capacity)},
+        "traffic": {"points": np.column_stack([trace.timestamps, trace.values]).tolist(), "interpolation": "step"},
+        "metrics": {"rps-now": {"from": "traffic"}, "rps-forecast": {"from": "prescaler"}},
+        "manifests": [
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetric",
+                "metadata": {"name": "rps-forecast"},
+                "spec": {"defaultValue": 0, "leadTime": "5m"},
+            }
+        ],
+        "baselines": {"leadTime": "5m"},
+    }
     scenario = parse_scenario(doc)
-    model = PrescalerModel([VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
-                           events_, recorded=recorded, trace=trace)
+    model = PrescalerModel(
+        [VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
+        events_,
+        recorded=recorded,
+        trace=trace,
+    )
     return run_scenario(scenario, prescaler=model).summaries
 
 
@@ -219,7 +258,8 @@ def bench_trace(path: Path, days: float, warmup_days: float, refit: float, seed:
         runs[f"hand-written x{g:g}"] = (
             {"fc": recorded(plain_items), "ann": recorded(announce)},
             [vme("fc", "upper"), vme("ann", f"audience * {guess:.6g}")],
-            mae_at(plain, refits, trace, ahead, announced_ahead * guess))
+            mae_at(plain, refits, trace, ahead, announced_ahead * guess),
+        )
     runs["fused"] = ({"fc": recorded(fused_items)}, [vme("fc", "upper")], mae_at(fused, refits, trace, ahead))
     for name, (rec, vmes, mae) in runs.items():
         s = simulate(trace, start, duration, capacity, rec, vmes)
@@ -227,9 +267,16 @@ def bench_trace(path: Path, days: float, warmup_days: float, refit: float, seed:
         rows["_reactive"] = {"unserved": s["reactive"].unserved_share, "pod_hours": s["reactive"].pod_hours}
         rows["_oracle"] = {"unserved": s["oracle"].unserved_share, "pod_hours": s["oracle"].pod_hours}
     last = effects[-1]
-    return {"trace": path.name, "days": duration / 86400, "events": int(((events.starts >= start)
-            & (events.starts < start + duration)).sum()), "beta": beta, "fitted": float(last.beta[0]),
-            "stderr": float(last.stderr[0]), "rows": rows, "seconds": time.perf_counter() - began}
+    return {
+        "trace": path.name,
+        "days": duration / 86400,
+        "events": int(((events.starts >= start) & (events.starts < start + duration)).sum()),
+        "beta": beta,
+        "fitted": float(last.beta[0]),
+        "stderr": float(last.stderr[0]),
+        "rows": rows,
+        "seconds": time.perf_counter() - began,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,22 +291,29 @@ def main(argv: list[str] | None = None) -> int:
     wins = 0
     for path in paths:
         r = bench_trace(path, args.days, args.warmup, parse_duration(args.refit), args.seed)
-        print(f"\n{r['trace']}: {r['days']:.1f} days, {r['events']} events in the window; true beta "
-              f"{r['beta']:.4g}/unit, fitted (last refit) {r['fitted']:.4g} ± {r['stderr']:.3g}; {r['seconds']:.0f}s")
+        print(
+            f"\n{r['trace']}: {r['days']:.1f} days, {r['events']} events in the window; true beta "
+            f"{r['beta']:.4g}/unit, fitted (last refit) {r['fitted']:.4g} ± {r['stderr']:.3g}; {r['seconds']:.0f}s"
+        )
         re_, orc = r["rows"]["_reactive"], r["rows"]["_oracle"]
         print(f"  {'variant':20} {'MAE@15m':>10} {'unserved':>9} {'x react':>8} {'pod-h':>9} {'x oracle':>9}")
         for name, row in r["rows"].items():
             if name.startswith("_"):
                 continue
-            print(f"  {name:20} {row['mae']:10.4g} {row['unserved']:9.3%} {row['unserved'] / re_['unserved']:8.2f} "
-                  f"{row['pod_hours']:9.1f} {row['pod_hours'] / orc['pod_hours']:9.2f}")
-        print(f"  {'reactive':20} {'':>10} {re_['unserved']:9.3%} {1:8.2f} {re_['pod_hours']:9.1f} "
-              f"{re_['pod_hours'] / orc['pod_hours']:9.2f}")
+            print(
+                f"  {name:20} {row['mae']:10.4g} {row['unserved']:9.3%} {row['unserved'] / re_['unserved']:8.2f} "
+                f"{row['pod_hours']:9.1f} {row['pod_hours'] / orc['pod_hours']:9.2f}"
+            )
+        print(
+            f"  {'reactive':20} {'':>10} {re_['unserved']:9.3%} {1:8.2f} {re_['pod_hours']:9.1f} "
+            f"{re_['pod_hours'] / orc['pod_hours']:9.2f}"
+        )
         print(f"  {'oracle':20} {'':>10} {orc['unserved']:9.3%} {'':>8} {orc['pod_hours']:9.1f} {1:9.2f}")
         fused = r["rows"]["fused"]
         others = [v for k, v in r["rows"].items() if not k.startswith("_") and k != "fused"]
         beats = all(fused["mae"] < o["mae"] for o in others) and all(
-            fused["unserved"] <= o["unserved"] or fused["pod_hours"] <= o["pod_hours"] for o in others)
+            fused["unserved"] <= o["unserved"] or fused["pod_hours"] <= o["pod_hours"] for o in others
+        )
         wins += beats
         print(f"  fused beats every other variant on MAE and on unserved or pod-hours: {'yes' if beats else 'NO'}")
     return 0 if wins == len(paths) else 1

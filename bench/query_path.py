@@ -30,8 +30,11 @@ ROUNDS = 5
 
 async def main() -> None:
     docs = [metric("rps", leadTime="5m")] + [
-        schedule_event(f"e{i}", [{"start": NOW, "end": NOW + 3600, "values": {"n": i}}],
-                       [entry("ns-0", f"svc-{i}", "n")]) for i in range(10)]
+        schedule_event(
+            f"e{i}", [{"start": NOW, "end": NOW + 3600, "values": {"n": i}}], [entry("ns-0", f"svc-{i}", "n")]
+        )
+        for i in range(10)
+    ]
     engine = await loaded_engine(docs)
     app = PrescalerApp(engine)
 
@@ -42,14 +45,20 @@ async def main() -> None:
         pass
 
     def scope(query: bytes) -> dict[str, Any]:
-        return {"type": "http", "path": "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-0/rps",
-                "method": "GET", "query_string": query, "headers": []}
+        return {
+            "type": "http",
+            "path": "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-0/rps",
+            "method": "GET",
+            "query_string": query,
+            "headers": [],
+        }
 
     repeated = scope(b"labelSelector=resource%3Dsvc-0")
     cases = {
         "repeated query (response cache)": [repeated] * REQUESTS,
-        "distinct queries (computed)": [scope(f"labelSelector=resource%3Dsvc-{i % 10}&n={i}".encode())
-                                        for i in range(REQUESTS)],
+        "distinct queries (computed)": [
+            scope(f"labelSelector=resource%3Dsvc-{i % 10}&n={i}".encode()) for i in range(REQUESTS)
+        ],
     }
     for label, scopes in cases.items():
         best = float("inf")

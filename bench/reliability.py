@@ -62,14 +62,33 @@ def rss_mb(pid: int) -> float:
 
 def write_manifests(directory: Path, factor: int = 1) -> None:
     now = int(time.time())
-    docs = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-             "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"}}]
-    entries = [{"name": "rps", "resource": {"name": f"svc-{i}", "namespace": f"ns-{i % 10}"},
-                "value": {"expression": f"n * {factor}"}} for i in range(100)]
-    docs.append({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-                 "metadata": {"name": "ev"},
-                 "spec": {"source": {"schedule": {"items": [
-                     {"start": now - 60, "end": now + 7200, "values": {"n": 10}}]}}, "metrics": entries}})
+    docs = [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"},
+        }
+    ]
+    entries = [
+        {
+            "name": "rps",
+            "resource": {"name": f"svc-{i}", "namespace": f"ns-{i % 10}"},
+            "value": {"expression": f"n * {factor}"},
+        }
+        for i in range(100)
+    ]
+    docs.append(
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": "ev"},
+            "spec": {
+                "source": {"schedule": {"items": [{"start": now - 60, "end": now + 7200, "values": {"n": 10}}]}},
+                "metrics": entries,
+            },
+        }
+    )
     tmp = directory / ".manifest.tmp"
     tmp.write_text(yaml.safe_dump_all(docs))
     os.replace(tmp, directory / "manifest.yaml")
@@ -82,8 +101,21 @@ class Server:
         self.directory = directory
         self.port = free_port()
         self.log_path = directory.parent / f"server-{self.port}.log"
-        cmd = [sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(directory),
-               "--bind-address", "127.0.0.1", "--secure-port", str(self.port), "--v", "1", *(extra or [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "adapter.cli",
+            "serve",
+            "--manifests",
+            str(directory),
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(self.port),
+            "--v",
+            "1",
+            *(extra or []),
+        ]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -154,8 +186,10 @@ class LatencySampler:
             return f"no successful samples, errors {dict(self.errors)}"
         ordered = sorted(self.samples)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-        return (f"value endpoint: {len(ordered)} samples, p50 {statistics.median(ordered) * 1000:.1f} ms, "
-                f"p99 {p99 * 1000:.1f} ms, errors {dict(self.errors) or 0}")
+        return (
+            f"value endpoint: {len(ordered)} samples, p50 {statistics.median(ordered) * 1000:.1f} ms, "
+            f"p99 {p99 * 1000:.1f} ms, errors {dict(self.errors) or 0}"
+        )
 
 
 def _client_context() -> ssl.SSLContext:
@@ -235,9 +269,11 @@ def scenario_connections(tmp: Path, name: str, count: int, first_bytes: bytes, w
             closed = closed_by_server(conns, wait_close)
         after = server.rss()
         per_conn_kb = (during - before) * 1024 / max(1, len(conns))
-        print(f"[{name}] {len(conns)} handshaken connections ({failures} failed) in {opened:.1f} s: "
-              f"RSS {before:.0f} -> {during:.0f} MB ({per_conn_kb:.0f} KB per connection), "
-              f"{closed} closed by the server within {wait_close:.0f} s, RSS after {after:.0f} MB")
+        print(
+            f"[{name}] {len(conns)} handshaken connections ({failures} failed) in {opened:.1f} s: "
+            f"RSS {before:.0f} -> {during:.0f} MB ({per_conn_kb:.0f} KB per connection), "
+            f"{closed} closed by the server within {wait_close:.0f} s, RSS after {after:.0f} MB"
+        )
         print(f"[{name}] {sampler.summary()}")
         for conn in conns:
             with contextlib.suppress(OSError):
@@ -262,18 +298,26 @@ def _hostile_path(rng: random.Random) -> str:
     kind = rng.randrange(6)
     base = VALUE_PATH.split("?")[0]
     if kind == 0:
-        terms = ",".join(f"k{rng.randint(0, 99)}{rng.choice(['=', '!=', ' in ', ' notin '])}"
-                         f"{rng.choice(['v', '(a,b)', '(', '', ')', '!'])}" for _ in range(rng.randint(1, 6)))
+        terms = ",".join(
+            f"k{rng.randint(0, 99)}{rng.choice(['=', '!=', ' in ', ' notin '])}"
+            f"{rng.choice(['v', '(a,b)', '(', '', ')', '!'])}"
+            for _ in range(rng.randint(1, 6))
+        )
         return base + "?labelSelector=" + quote(terms)
     if kind == 1:
-        return base + "?labelSelector=" + quote("resource in (" + ",".join(
-            f"svc-{i}" for i in range(rng.randint(1, 2000))) + ")")
+        return (
+            base
+            + "?labelSelector="
+            + quote("resource in (" + ",".join(f"svc-{i}" for i in range(rng.randint(1, 2000))) + ")")
+        )
     if kind == 2:
         junk = "".join(rng.choice("abc%/?&=#;.~-_") for _ in range(rng.randint(1, 60)))
         return f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{junk}/rps"
     if kind == 3:
-        return (f"/preview?duration={quote(rng.choice(_NUMBERS))}&step={quote(rng.choice(_NUMBERS))}"
-                f"&start={quote(rng.choice(_NUMBERS))}")
+        return (
+            f"/preview?duration={quote(rng.choice(_NUMBERS))}&step={quote(rng.choice(_NUMBERS))}"
+            f"&start={quote(rng.choice(_NUMBERS))}"
+        )
     if kind == 4:
         return "/" + "".join(rng.choice("ab/%.") for _ in range(rng.randint(1, 3000)))
     return VALUE_PATH
@@ -281,8 +325,11 @@ def _hostile_path(rng: random.Random) -> str:
 
 def _connection_batch(rng: random.Random, size: int) -> tuple[bytes, int]:
     """`size` pipelined requests; the last one either malformed or `Connection: close`."""
-    parts = [f"{rng.choice(['GET', 'GET', 'HEAD', 'POST', 'DELETE'])} {_hostile_path(rng)} HTTP/1.1\r\n"
-             f"Host: x\r\n\r\n".encode() for _ in range(size - 1)]
+    parts = [
+        f"{rng.choice(['GET', 'GET', 'HEAD', 'POST', 'DELETE'])} {_hostile_path(rng)} HTTP/1.1\r\n"
+        f"Host: x\r\n\r\n".encode()
+        for _ in range(size - 1)
+    ]
     if rng.random() < 0.5:
         parts.append(rng.choice(_MALFORMED))
     else:
@@ -309,8 +356,10 @@ def scenario_fuzz(tmp: Path, total: int, seconds: float, per_connection: int = 1
                 payload, count = _connection_batch(rng, min(per_connection, total - sent))
                 sent += count
                 try:
-                    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
-                            ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                    with (
+                        socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+                        ctx.wrap_socket(raw, server_hostname="localhost") as tls,
+                    ):
                         tls.sendall(payload)
                         received = bytearray()
                         while True:  # until the server closes (Connection: close or malformed last)
@@ -329,11 +378,13 @@ def scenario_fuzz(tmp: Path, total: int, seconds: float, per_connection: int = 1
         elapsed = time.monotonic() - started
         logged = server.log_lines() - lines_before
         server_errors = sum(n for code, n in statuses.items() if code.startswith("5"))
-        print(f"[fuzz] {sent} hostile requests ({per_connection} pipelined per TLS connection) in {elapsed:.0f} s: "
-              f"statuses {dict(statuses.most_common(10))}; 5xx {server_errors}; RSS {before:.0f} -> peak "
-              f"{peak:.0f} -> {server.rss():.0f} MB; {logged} server log lines")
+        print(
+            f"[fuzz] {sent} hostile requests ({per_connection} pipelined per TLS connection) in {elapsed:.0f} s: "
+            f"statuses {dict(statuses.most_common(10))}; 5xx {server_errors}; RSS {before:.0f} -> peak "
+            f"{peak:.0f} -> {server.rss():.0f} MB; {logged} server log lines"
+        )
         print(f"[fuzz] {sampler.summary()}")
-        for line in server.log_path.read_text(errors="replace").splitlines()[lines_before:lines_before + 5]:
+        for line in server.log_path.read_text(errors="replace").splitlines()[lines_before : lines_before + 5]:
             print(f"[fuzz]   server log: {line[:160]}")
 
 
@@ -358,8 +409,10 @@ def scenario_churn(tmp: Path, seconds: float) -> None:
                     if value not in {str(10 * f) for f in range(1, 6)}:
                         inconsistent += 1
                 time.sleep(0.05)
-        print(f"[churn] {seconds:.0f} s of manifest rewrites: {answers} answers checked, {inconsistent} "
-              f"inconsistent; RSS {before:.0f} -> {server.rss():.0f} MB")
+        print(
+            f"[churn] {seconds:.0f} s of manifest rewrites: {answers} answers checked, {inconsistent} "
+            f"inconsistent; RSS {before:.0f} -> {server.rss():.0f} MB"
+        )
         print(f"[churn] {sampler.summary()}")
 
 

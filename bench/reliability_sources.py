@@ -47,7 +47,7 @@ def build_inputs(directory: Path, inside_mib: int) -> None:
     (directory / "bomb-gzip").write_bytes(one)
     (directory / "bomb-gzip-gzip").write_bytes(gzip.compress(one, compresslevel=9))
     item = json.dumps({"start": int(T0), "end": int(T0) + 60, "values": {"n": 1}})
-    (directory / "items-1m").write_bytes(("{\"items\": [" + ",".join([item] * 1_000_000) + "]}").encode())
+    (directory / "items-1m").write_bytes(('{"items": [' + ",".join([item] * 1_000_000) + "]}").encode())
 
 
 # ---------------------------------------------------------------- one case, in a child process
@@ -97,8 +97,9 @@ def run_case(case: str, data_dir: Path, schedules: int) -> dict[str, object]:
             return await fetch_schedules(context, schedules)
         # The bombs meet the default limit (4 MiB); the big document needs a raised one to arrive at all.
         block = {"url": url, "maxResponseBytes": 256 * 1024 * 1024} if case == "items-1m" else {"url": url}
-        source = ApiSource(ApiSource.parse_config(block, "spec.source.api"),
-                           CommonSourceSettings(interval=30, timeout=120), context)
+        source = ApiSource(
+            ApiSource.parse_config(block, "spec.source.api"), CommonSourceSettings(interval=30, timeout=120), context
+        )
         try:
             result = await source.fetch(T0)
             items = getattr(result, "items", result)
@@ -132,9 +133,14 @@ def run_case(case: str, data_dir: Path, schedules: int) -> dict[str, object]:
     base = rss_mib("VmRSS")
     started = time.perf_counter()
     outcome, stall = asyncio.run(measured())
-    return {"case": case, "seconds": round(time.perf_counter() - started, 2), "rss_start_mib": round(base),
-            "rss_peak_mib": round(rss_mib("VmHWM")), "max_loop_stall_ms": round(stall * 1000, 1),
-            "outcome": outcome}
+    return {
+        "case": case,
+        "seconds": round(time.perf_counter() - started, 2),
+        "rss_start_mib": round(base),
+        "rss_peak_mib": round(rss_mib("VmHWM")),
+        "max_loop_stall_ms": round(stall * 1000, 1),
+        "outcome": outcome,
+    }
 
 
 async def fetch_schedules(context: object, count: int) -> str:
@@ -152,8 +158,14 @@ async def fetch_schedules(context: object, count: int) -> str:
     def on_snapshot(name: str, items: list[object]) -> None:
         held[name] = len(items)
 
-    runners = [SourceRunner(f"vme{i}", ScheduleSource(config, CommonSourceSettings(interval=60), context),  # type: ignore[arg-type]
-                            on_snapshot) for i in range(count)]
+    runners = [
+        SourceRunner(
+            f"vme{i}",
+            ScheduleSource(config, CommonSourceSettings(interval=60), context),  # type: ignore[arg-type]
+            on_snapshot,
+        )
+        for i in range(count)
+    ]
     for runner in runners:
         runner.start()
     await asyncio.sleep(SCHEDULE_SECONDS)
@@ -161,8 +173,10 @@ async def fetch_schedules(context: object, count: int) -> str:
     for runner in runners:
         await runner.stop()
     first = f"; e.g. {failing[0].health.last_error[:70]}" if failing else ""
-    return (f"after {SCHEDULE_SECONDS}s: {len(held)} calendars serving {sum(held.values())} items, "
-            f"{len(failing)} refused{first}")
+    return (
+        f"after {SCHEDULE_SECONDS}s: {len(held)} calendars serving {sum(held.values())} items, "
+        f"{len(failing)} refused{first}"
+    )
 
 
 SCHEDULE_SECONDS = 75
@@ -188,22 +202,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prescaler-bench-") as tmp:
         build_inputs(Path(tmp), args.inside_mib)
         sizes = {case: os.path.getsize(Path(tmp) / case) for case in CASES if (Path(tmp) / case).exists()}
-        print(f"inputs: bombs {args.inside_mib} MiB inside, on the wire gzip,gzip {sizes['bomb-gzip-gzip']} B, "
-              f"gzip {sizes['bomb-gzip']} B; items-1m {sizes['items-1m'] / 1e6:.0f} MB; "
-              f"{args.schedules} calendars")
+        print(
+            f"inputs: bombs {args.inside_mib} MiB inside, on the wire gzip,gzip {sizes['bomb-gzip-gzip']} B, "
+            f"gzip {sizes['bomb-gzip']} B; items-1m {sizes['items-1m'] / 1e6:.0f} MB; "
+            f"{args.schedules} calendars"
+        )
         print(f"{'tree':10} {'case':15} {'seconds':>8} {'rss start':>10} {'rss peak':>9} {'loop stall':>11}  outcome")
         for case in args.cases.split(","):
             for label, tree in trees:
                 env = {**os.environ, "PYTHONPATH": str(tree)}
-                done = subprocess.run([sys.executable, __file__, "--case", case, "--data", tmp,
-                                       "--schedules", str(args.schedules)], env=env, cwd=tree,
-                                      capture_output=True, text=True, timeout=1800)
+                done = subprocess.run(
+                    [sys.executable, __file__, "--case", case, "--data", tmp, "--schedules", str(args.schedules)],
+                    env=env,
+                    cwd=tree,
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
                 if done.returncode != 0:
                     print(f"{label:10} {case:15} failed: {done.stderr.strip().splitlines()[-1:]}")
                     continue
                 row = json.loads(done.stdout.strip().splitlines()[-1])
-                print(f"{label:10} {case:15} {row['seconds']:>8} {row['rss_start_mib']:>7} MiB "
-                      f"{row['rss_peak_mib']:>5} MiB {row['max_loop_stall_ms']:>8} ms  {row['outcome']}")
+                print(
+                    f"{label:10} {case:15} {row['seconds']:>8} {row['rss_start_mib']:>7} MiB "
+                    f"{row['rss_peak_mib']:>5} MiB {row['max_loop_stall_ms']:>8} ms  {row['outcome']}"
+                )
 
 
 if __name__ == "__main__":

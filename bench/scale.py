@@ -103,8 +103,16 @@ def run_items_server(port: int, change_every: int = 1) -> None:
 
 def start_items_server(change_every: int = 1) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--items-server", str(port),
-                             "--change-every", str(change_every)])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--items-server",
+            str(port),
+            "--change-every",
+            str(change_every),
+        ]
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -125,18 +133,38 @@ def set_mode(items_port: int, mode: str) -> None:
 
 def write_manifests(directory: Path, targets: int, items_port: int, interval: float) -> None:
     """One JSON-shaped YAML file per object: the VirtualMetric, then one VME per 1 000 targets."""
-    docs: list[dict] = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
-                         "metadata": {"name": "rps"},
-                         "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"}}]
+    docs: list[dict] = [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"},
+        }
+    ]
     for start in range(0, targets, PER_EVENT):
         event = start // PER_EVENT
-        entries = [{"name": "rps", "resource": {"name": f"svc-{i}", "namespace": NAMESPACE},
-                    "value": {"expression": f"n * {1 + i % 7}"}} for i in range(start, min(targets, start + PER_EVENT))]
-        docs.append({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-                     "metadata": {"name": f"ev-{event}"},
-                     "spec": {"source": {"api": {"url": f"http://127.0.0.1:{items_port}/items/{event}"},
-                                         "interval": f"{interval:g}s"},
-                              "metrics": entries}})
+        entries = [
+            {
+                "name": "rps",
+                "resource": {"name": f"svc-{i}", "namespace": NAMESPACE},
+                "value": {"expression": f"n * {1 + i % 7}"},
+            }
+            for i in range(start, min(targets, start + PER_EVENT))
+        ]
+        docs.append(
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": f"ev-{event}"},
+                "spec": {
+                    "source": {
+                        "api": {"url": f"http://127.0.0.1:{items_port}/items/{event}"},
+                        "interval": f"{interval:g}s",
+                    },
+                    "metrics": entries,
+                },
+            }
+        )
     for index, doc in enumerate(docs):
         (directory / f"{index:05d}.yaml").write_text(json.dumps(doc))
 
@@ -155,13 +183,31 @@ def served_value(port: int, resource: str) -> float | None:
     return None
 
 
-def start_prescaler(manifests: Path, log_file: Path, targets: int, timeout: float = 300) -> tuple[subprocess.Popen, int, float, float]:
+def start_prescaler(
+    manifests: Path, log_file: Path, targets: int, timeout: float = 300
+) -> tuple[subprocess.Popen, int, float, float]:
     """Start the server; returns (process, port, seconds to first value, seconds until the last target's value)."""
     port = free_port()
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(manifests),
-                             "--secure-port", str(port), "--bind-address", "127.0.0.1", "--v", "0"],
-                            cwd=ROOT, stdout=log_file.open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "adapter.cli",
+            "serve",
+            "--manifests",
+            str(manifests),
+            "--secure-port",
+            str(port),
+            "--bind-address",
+            "127.0.0.1",
+            "--v",
+            "0",
+        ],
+        cwd=ROOT,
+        stdout=log_file.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     first = last = None
     deadline = started + timeout
     while time.time() < deadline and last is None:
@@ -191,8 +237,12 @@ def start_bare(body: bytes, work: Path) -> tuple[subprocess.Popen, int]:
     body_file = work / "body.json"
     body_file.write_bytes(body)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "serve.py"), "--bare", str(port), str(body_file)],
-                            cwd=ROOT, stdout=(work / "bare.log").open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "serve.py"), "--bare", str(port), str(body_file)],
+        cwd=ROOT,
+        stdout=(work / "bare.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
@@ -216,13 +266,32 @@ def median(values: list[float]) -> float:
 
 def write_polling_manifests(directory: Path, sources: int, items_port: int, interval: float) -> None:
     """`sources` VirtualMetricEvents, one api source and one target each (the polling load alone)."""
-    docs: list[dict] = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
-                         "metadata": {"name": "rps"}, "spec": {"name": "rps", "defaultValue": 0}}]
-    docs += [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": f"poll-{k}"},
-              "spec": {"source": {"api": {"url": f"http://127.0.0.1:{items_port}/items/{k}"},
-                                  "interval": f"{interval:g}s"},
-                       "metrics": [{"name": "rps", "resource": {"name": f"svc-{k}", "namespace": NAMESPACE},
-                                    "value": {"expression": "n"}}]}} for k in range(sources)]
+    docs: list[dict] = [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"name": "rps", "defaultValue": 0},
+        }
+    ]
+    docs += [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": f"poll-{k}"},
+            "spec": {
+                "source": {"api": {"url": f"http://127.0.0.1:{items_port}/items/{k}"}, "interval": f"{interval:g}s"},
+                "metrics": [
+                    {
+                        "name": "rps",
+                        "resource": {"name": f"svc-{k}", "namespace": NAMESPACE},
+                        "value": {"expression": "n"},
+                    }
+                ],
+            },
+        }
+        for k in range(sources)
+    ]
     (directory / "objects.yaml").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
 
 
@@ -253,11 +322,15 @@ def bench_polling(args: argparse.Namespace) -> None:
         per_second[int(t - wall0)] = per_second.get(int(t - wall0), 0) + 1
     mean = len(window) / wall
     busiest = max(per_second.values()) if per_second else 0
-    first_fetches = sorted(first_seconds)[:args.sources]
-    print(f"polling: {args.sources:,} VirtualMetricEvents, api sources every {args.poll_interval:g}s, local HTTP server")
+    first_fetches = sorted(first_seconds)[: args.sources]
+    print(
+        f"polling: {args.sources:,} VirtualMetricEvents, api sources every {args.poll_interval:g}s, local HTTP server"
+    )
     print(f"  first fetches after start: from {first_fetches[0]:.1f} s to {first_fetches[-1]:.1f} s")
-    print(f"  steady polls over {wall:.0f} s: {len(window)} requests, mean {mean:.1f}/s, busiest second {busiest} "
-          f"({busiest / mean if mean else 0:.1f}x the mean); most requests in flight at once: {stats['max_inflight']}")
+    print(
+        f"  steady polls over {wall:.0f} s: {len(window)} requests, mean {mean:.1f}/s, busiest second {busiest} "
+        f"({busiest / mean if mean else 0:.1f}x the mean); most requests in flight at once: {stats['max_inflight']}"
+    )
     print(f"  CPU spent by prescaler (polling only, no queries): {cpu / wall * 100:.1f}% of one core")
 
 
@@ -271,9 +344,13 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=1000, help="VirtualMetricEvents in the polling bench")
     parser.add_argument("--poll-interval", type=float, default=30.0, help="source interval in the polling bench")
     parser.add_argument("--only", choices=("serving", "polling"), help="run one part")
-    parser.add_argument("--change-every", type=int, default=6,
-                        help="while delivering, a source's items change on every N-th poll (6 with 5s polls: "
-                             "one new snapshot per source every 30 s, as when 100 sources first deliver)")
+    parser.add_argument(
+        "--change-every",
+        type=int,
+        default=6,
+        help="while delivering, a source's items change on every N-th poll (6 with 5s polls: "
+        "one new snapshot per source every 30 s, as when 100 sources first deliver)",
+    )
     parser.add_argument("--items-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.items_server:
@@ -325,37 +402,55 @@ def main() -> None:
 
     def summary(name: str) -> dict[str, float]:
         runs = rows[name]
-        return {"rps": median([r["rps"] for r in runs]), "p50": median([r["p50"] for r in runs]),
-                "p99": max(r["p99"] for r in runs), "non2xx": sum(r["non2xx"] for r in runs)}
+        return {
+            "rps": median([r["rps"] for r in runs]),
+            "p50": median([r["p50"] for r in runs]),
+            "p99": max(r["p99"] for r in runs),
+            "non2xx": sum(r["non2xx"] for r in runs),
+        }
 
     def ratio(name: str, reference: str) -> float:
         """Median over rounds of time per request relative to `reference` in the same round."""
         return median([ref["rps"] / r["rps"] for r, ref in zip(rows[name], rows[reference])])
 
-    print(f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {value_path('svc-0')}; "
-          f"{args.rounds} interleaved rounds: req/s and p50 medians, p99 worst")
-    print(f"{args.targets:,} targets = {args.targets // PER_EVENT} VirtualMetricEvents x {PER_EVENT} targets, "
-          f"one api source each polled every {args.interval:g}s, one namespace; while delivering, "
-          f"{args.targets / PER_EVENT / args.interval / args.change_every:.1f} new snapshots/s "
-          f"({PER_EVENT:,} targets each)")
+    print(
+        f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {value_path('svc-0')}; "
+        f"{args.rounds} interleaved rounds: req/s and p50 medians, p99 worst"
+    )
+    print(
+        f"{args.targets:,} targets = {args.targets // PER_EVENT} VirtualMetricEvents x {PER_EVENT} targets, "
+        f"one api source each polled every {args.interval:g}s, one namespace; while delivering, "
+        f"{args.targets / PER_EVENT / args.interval / args.change_every:.1f} new snapshots/s "
+        f"({PER_EVENT:,} targets each)"
+    )
     print(f"{'server':<48} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'x bare':>7} {'x 10':>6}")
     for name in ("bare, steady", f"{small}, steady", f"{large}, steady", f"{large}, delivering"):
         r = summary(name)
         label = "bare ASGI app (same uvicorn + TLS, same bytes)" if name.startswith("bare") else name
         to_small = f"{ratio(name, small + ', steady'):>6.2f}" if not name.startswith("bare") else f"{'':>6}"
-        print(f"{label:<48} {r['rps']:>7.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} {ratio(name, 'bare, steady'):>7.2f} "
-              f"{to_small}" + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else ""))
+        print(
+            f"{label:<48} {r['rps']:>7.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} {ratio(name, 'bare, steady'):>7.2f} "
+            f"{to_small}" + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else "")
+        )
     for targets, (first, last) in starts.items():
-        print(f"start with {targets:,} targets: first value served after {first:.1f} s, "
-              f"the last target's after {last:.1f} s")
-    print(f"CPU of the {args.targets:,}-target server while delivering (wrk included): "
-          f"{median(cpu_share) * 100:.0f}% of one core")
-    steady, delivering = ratio(f"{large}, steady", f"{small}, steady"), ratio(f"{large}, delivering",
-                                                                               f"{small}, steady")
+        print(
+            f"start with {targets:,} targets: first value served after {first:.1f} s, "
+            f"the last target's after {last:.1f} s"
+        )
+    print(
+        f"CPU of the {args.targets:,}-target server while delivering (wrk included): "
+        f"{median(cpu_share) * 100:.0f}% of one core"
+    )
+    steady, delivering = (
+        ratio(f"{large}, steady", f"{small}, steady"),
+        ratio(f"{large}, delivering", f"{small}, steady"),
+    )
     worst_p99 = max(summary(n)["p99"] for n in rows if not n.startswith("bare"))
-    print(f"goals: {args.targets:,} vs 10 targets <= 1.2x: steady {steady:.2f}x, while delivering "
-          f"{delivering:.2f}x; p99 <= 10 ms: worst {worst_p99:.2f} ms; first value <= 5 s: "
-          f"{starts[args.targets][0]:.1f} s")
+    print(
+        f"goals: {args.targets:,} vs 10 targets <= 1.2x: steady {steady:.2f}x, while delivering "
+        f"{delivering:.2f}x; p99 <= 10 ms: worst {worst_p99:.2f} ms; first value <= 5 s: "
+        f"{starts[args.targets][0]:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -56,17 +56,29 @@ UNSERVED_COST = 20.0  # an unserved pod-hour of demand costs as much as 20 idle 
 
 def hpa_manifest(capacity: str, prescaled: bool) -> dict:
     def external(name: str, resource: str) -> dict:
-        return {"type": "External", "external": {
-            "metric": {"name": name, "selector": {"matchLabels": {"resource": resource}}},
-            "target": {"type": "AverageValue", "averageValue": capacity}}}
+        return {
+            "type": "External",
+            "external": {
+                "metric": {"name": name, "selector": {"matchLabels": {"resource": resource}}},
+                "target": {"type": "AverageValue", "averageValue": capacity},
+            },
+        }
 
     metrics = [external("rps-now", "web")]
     if prescaled:
         metrics.append(external("rps-forecast", "web"))
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "web", "namespace": "bench"},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                     "minReplicas": 1, "maxReplicas": MAX_REPLICAS, "behavior": {}, "metrics": metrics}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "bench"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 1,
+            "maxReplicas": MAX_REPLICAS,
+            "behavior": {},
+            "metrics": metrics,
+        },
+    }
 
 
 def window_of(trace, days: float, warmup_days: float) -> tuple[float, float, float]:
@@ -87,19 +99,33 @@ def within(run, demand: np.ndarray, capacity: float, band: float = 0.1) -> float
     return float(np.mean(np.abs(ready - demand[busy]) <= band * demand[busy]))
 
 
-def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expression: str,
-                quantile: float = 0.9, start: float | None = None, duration: float | None = None,
-                capacity_value: float | None = None) -> dict:
+def bench_trace(
+    path: Path,
+    days: float,
+    warmup_days: float,
+    refit: float,
+    expression: str,
+    quantile: float = 0.9,
+    start: float | None = None,
+    duration: float | None = None,
+    capacity_value: float | None = None,
+) -> dict:
     trace = load_trace(path)
     w_start, w_duration, w_capacity = window_of(trace, days, warmup_days)
     start = w_start if start is None else start
     duration = w_duration if duration is None else duration
     capacity = f"{(w_capacity if capacity_value is None else capacity_value):.3f}"
-    vm = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps-forecast"},
-          "spec": {"defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"}}
+    vm = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetric",
+        "metadata": {"name": "rps-forecast"},
+        "spec": {"defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"},
+    }
     doc = {
         "hpa": hpa_manifest(capacity, prescaled=True),
-        "tick": "15s", "start": start, "duration": duration,
+        "tick": "15s",
+        "start": start,
+        "duration": duration,
         "workload": {"replicas": 1, "startupDelay": STARTUP, "capacityPerPod": float(capacity)},
         "traffic": {"points": np.column_stack([trace.timestamps, trace.values]).tolist(), "interpolation": "step"},
         "metrics": {"rps-now": {"from": "traffic"}, "rps-forecast": {"from": "prescaler"}},
@@ -111,21 +137,39 @@ def bench_trace(path: Path, days: float, warmup_days: float, refit: float, expre
     # The forecast VirtualMetricEvent, built directly: in the simulator its history is the trace's past.
     vme = VirtualMetricEvent(
         name="web-forecast",
-        source=SourceSpec(kind="forecast", config=None, common=CommonSourceSettings(interval=refit),
-                          raw={"forecast": {"model": "auto", "quantile": quantile}}),
-        metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),))
-    model = PrescalerModel([VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
-                           [vme], trace=trace, forecast=settings)
+        source=SourceSpec(
+            kind="forecast",
+            config=None,
+            common=CommonSourceSettings(interval=refit),
+            raw={"forecast": {"model": "auto", "quantile": quantile}},
+        ),
+        metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),),
+    )
+    model = PrescalerModel(
+        [VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
+        [vme],
+        trace=trace,
+        forecast=settings,
+    )
     began = time.perf_counter()
     result = run_scenario(scenario, prescaler=model)
     elapsed = time.perf_counter() - began
     s = result.summaries
     assert result.demand is not None
     cap = float(capacity)
-    return {"trace": path.name, "step": trace.step, "days": duration / 86400, "capacity": cap,
-            "ticks": scenario.ticks, "seconds": elapsed, "quantile": quantile,
-            "reactive": s["reactive"], "prescaled": s["scenario"], "oracle": s["oracle"],
-            "within": {name: within(run, result.demand, cap) for name, run in result.runs.items()}}
+    return {
+        "trace": path.name,
+        "step": trace.step,
+        "days": duration / 86400,
+        "capacity": cap,
+        "ticks": scenario.ticks,
+        "seconds": elapsed,
+        "quantile": quantile,
+        "reactive": s["reactive"],
+        "prescaled": s["scenario"],
+        "oracle": s["oracle"],
+        "within": {name: within(run, result.demand, cap) for name, run in result.runs.items()},
+    }
 
 
 def frontier(path: Path, days: float, warmup_days: float, reactive_unserved: float) -> tuple[float, str]:
@@ -148,7 +192,7 @@ def frontier(path: Path, days: float, warmup_days: float, reactive_unserved: flo
         w = max(2, round(hours * 3600 / trace.step))
         if i0 - lag - w < 0:
             continue
-        windows = np.lib.stride_tricks.sliding_window_view(trace.values[i0 - lag - w + 1: i1 - lag + 1], w)
+        windows = np.lib.stride_tricks.sliding_window_view(trace.values[i0 - lag - w + 1 : i1 - lag + 1], w)
         windows = windows[: len(x)]
         for q in (0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99):
             pods = np.ceil(np.quantile(windows, q, axis=1) / capacity - 1e-9)
@@ -166,9 +210,16 @@ def cost(r: dict, unserved_cost: float) -> float:
     return pr.pod_hours + unserved_cost * pr.unserved_share * demand_pod_hours
 
 
-def choose_quantile(path: Path, days: float, warmup_days: float, refit: float, expression: str,
-                    candidates: tuple[float, ...], unserved_cost: float, calibration_days: float
-                    ) -> tuple[float, dict[float, float]]:
+def choose_quantile(
+    path: Path,
+    days: float,
+    warmup_days: float,
+    refit: float,
+    expression: str,
+    candidates: tuple[float, ...],
+    unserved_cost: float,
+    calibration_days: float,
+) -> tuple[float, dict[float, float]]:
     """The quantile with the lowest stated cost, simulated on the days just before the window
     (what the target's own recent history says; the window itself is never looked at)."""
     trace = load_trace(path)
@@ -176,8 +227,17 @@ def choose_quantile(path: Path, days: float, warmup_days: float, refit: float, e
     cal_start = max(trace.start + 2 * 86400, start - calibration_days * 86400)
     costs = {}
     for q in candidates:
-        r = bench_trace(path, days, warmup_days, refit, expression, q, start=cal_start,
-                        duration=start - cal_start, capacity_value=capacity)
+        r = bench_trace(
+            path,
+            days,
+            warmup_days,
+            refit,
+            expression,
+            q,
+            start=cal_start,
+            duration=start - cal_start,
+            capacity_value=capacity,
+        )
         costs[q] = cost(r, unserved_cost)
     return min(costs, key=lambda q: costs[q]), costs
 
@@ -189,21 +249,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=7.0, help="history-only days before the window")
     parser.add_argument("--refit", default="30m", help="forecast refit period (default 30m)")
     parser.add_argument("--expression", default="upper", help="VME expression over forecast/lower/upper")
-    parser.add_argument("--quantile", default="auto",
-                        help="forecast interval quantile (upper), or auto: per trace, the candidate with the "
-                             "lowest stated cost simulated on the days before the window (default auto)")
+    parser.add_argument(
+        "--quantile",
+        default="auto",
+        help="forecast interval quantile (upper), or auto: per trace, the candidate with the "
+        "lowest stated cost simulated on the days before the window (default auto)",
+    )
     parser.add_argument("--candidates", default="0.8,0.9,0.95", help="quantiles auto chooses from")
-    parser.add_argument("--unserved-cost", type=float, default=UNSERVED_COST,
-                        help="cost of one pod-hour of unserved demand, in idle pod-hours")
+    parser.add_argument(
+        "--unserved-cost",
+        type=float,
+        default=UNSERVED_COST,
+        help="cost of one pod-hour of unserved demand, in idle pod-hours",
+    )
     parser.add_argument("--calibration-days", type=float, default=2.0)
-    parser.add_argument("--frontier", action="store_true",
-                        help="also print the idealised look-back policy frontier (is the goal reachable?)")
+    parser.add_argument(
+        "--frontier",
+        action="store_true",
+        help="also print the idealised look-back policy frontier (is the goal reachable?)",
+    )
     args = parser.parse_args(argv)
     paths = args.traces or sorted(TRACES.glob("*.csv"))
     refit = parse_duration(args.refit)
-    header = (f"{'trace':44} {'days':>5} {'q':>5} | {'unserved: reactive':>18} {'prescaled':>9} "
-              f"{'oracle':>7} {'ratio':>6} | {'pod-h: reactive':>15} {'prescaled':>9} {'oracle':>8} "
-              f"{'ratio':>6} | {'+-10%: react':>12} {'presc':>6} {'oracle':>6} | {'goals':>5} {'sec':>5}")
+    header = (
+        f"{'trace':44} {'days':>5} {'q':>5} | {'unserved: reactive':>18} {'prescaled':>9} "
+        f"{'oracle':>7} {'ratio':>6} | {'pod-h: reactive':>15} {'prescaled':>9} {'oracle':>8} "
+        f"{'ratio':>6} | {'+-10%: react':>12} {'presc':>6} {'oracle':>6} | {'goals':>5} {'sec':>5}"
+    )
     print(header)
     print("-" * len(header))
     all_ok = True
@@ -212,10 +284,19 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         if args.quantile == "auto":
             candidates = tuple(float(q) for q in args.candidates.split(","))
-            quantile, costs = choose_quantile(path, args.days, args.warmup, refit, args.expression, candidates,
-                                              args.unserved_cost, args.calibration_days)
-            chosen.append(f"{path.name}: " + ", ".join(f"q={q:g} cost {c:.1f}" for q, c in costs.items())
-                          + f" -> {quantile:g}")
+            quantile, costs = choose_quantile(
+                path,
+                args.days,
+                args.warmup,
+                refit,
+                args.expression,
+                candidates,
+                args.unserved_cost,
+                args.calibration_days,
+            )
+            chosen.append(
+                f"{path.name}: " + ", ".join(f"q={q:g} cost {c:.1f}" for q, c in costs.items()) + f" -> {quantile:g}"
+            )
         else:
             quantile = float(args.quantile)
         r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile)
@@ -228,21 +309,27 @@ def main(argv: list[str] | None = None) -> int:
             best, label = frontier(path, args.days, args.warmup, re.unserved_share)
             frontiers.append(f"  {path.name}: cheapest at unserved <= 0.2 x reactive: {best:.2f} x oracle ({label})")
         w = r["within"]
-        print(f"{r['trace']:44} {r['days']:5.1f} {quantile:5.2f} | {re.unserved_share:18.4%} "
-              f"{pr.unserved_share:9.4%} {orc.unserved_share:7.3%} {u_ratio:6.2f} | {re.pod_hours:15.1f} "
-              f"{pr.pod_hours:9.1f} {orc.pod_hours:8.1f} {h_ratio:6.2f} | {w['reactive']:12.1%} "
-              f"{w['scenario']:6.1%} {w['oracle']:6.1%} | {'ok' if ok else 'MISS':>5} {r['seconds']:5.1f}")
+        print(
+            f"{r['trace']:44} {r['days']:5.1f} {quantile:5.2f} | {re.unserved_share:18.4%} "
+            f"{pr.unserved_share:9.4%} {orc.unserved_share:7.3%} {u_ratio:6.2f} | {re.pod_hours:15.1f} "
+            f"{pr.pod_hours:9.1f} {orc.pod_hours:8.1f} {h_ratio:6.2f} | {w['reactive']:12.1%} "
+            f"{w['scenario']:6.1%} {w['oracle']:6.1%} | {'ok' if ok else 'MISS':>5} {r['seconds']:5.1f}"
+        )
     print("\nunserved = demand above ready capacity / total demand; pod-hours count starting pods too;")
     print("+-10% = share of ticks where ready capacity is within 10 % of demand.")
     print("goals: prescaled unserved <= 0.2 x reactive (ratio column <= 0.20), pod-hours <= 1.2 x oracle.")
     if chosen:
-        print(f"quantile chosen per trace (stated cost: pod-hours + {args.unserved_cost:g} x unserved pod-hours, "
-              f"simulated on the {args.calibration_days:g} days before the window):")
+        print(
+            f"quantile chosen per trace (stated cost: pod-hours + {args.unserved_cost:g} x unserved pod-hours, "
+            f"simulated on the {args.calibration_days:g} days before the window):"
+        )
         for line in chosen:
             print(f"  {line}")
     if frontiers:
-        print("idealised look-back policies (no HPA, no start-up; pods = ceil(q-quantile of the last W bins known "
-              "a lead earlier / capacity)):")
+        print(
+            "idealised look-back policies (no HPA, no start-up; pods = ceil(q-quantile of the last W bins known "
+            "a lead earlier / capacity)):"
+        )
         print("\n".join(frontiers))
     return 0 if all_ok else 1
 

@@ -36,16 +36,35 @@ def free_port() -> int:
 
 def write_manifests(directory: Path, targets: int) -> None:
     now = int(time.time())
-    docs = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-             "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"}}]
+    docs = [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"},
+        }
+    ]
     per_event = 1000
     for start in range(0, targets, per_event):
-        entries = [{"name": "rps", "resource": {"name": f"svc-{i}", "namespace": f"ns-{i % 100}"},
-                    "value": {"expression": f"n * {1 + i % 7}"}} for i in range(start, min(targets, start + per_event))]
-        docs.append({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-                     "metadata": {"name": f"ev-{start // per_event}"},
-                     "spec": {"source": {"schedule": {"items": [
-                         {"start": now - 60, "end": now + 7200, "values": {"n": 12.5}}]}}, "metrics": entries}})
+        entries = [
+            {
+                "name": "rps",
+                "resource": {"name": f"svc-{i}", "namespace": f"ns-{i % 100}"},
+                "value": {"expression": f"n * {1 + i % 7}"},
+            }
+            for i in range(start, min(targets, start + per_event))
+        ]
+        docs.append(
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": f"ev-{start // per_event}"},
+                "spec": {
+                    "source": {"schedule": {"items": [{"start": now - 60, "end": now + 7200, "values": {"n": 12.5}}]}},
+                    "metrics": entries,
+                },
+            }
+        )
     for index, doc in enumerate(docs):  # one object per file keeps each file small
         (directory / f"{index:05d}.yaml").write_text(yaml.safe_dump(doc))
 
@@ -76,8 +95,12 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def wrk(url: str, duration: int, connections: int) -> dict[str, float]:
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", url],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     lat = {}
     for pct in ("50", "99"):
@@ -125,9 +148,25 @@ def main() -> None:
         write_manifests(manifests, targets)
         port = free_port()
         started = time.time()
-        proc = start([sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(manifests),
-                      "--secure-port", str(port), "--bind-address", "127.0.0.1", "--v", "0"], port,
-                     work / f"serve{targets}.log", PATH)
+        proc = start(
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "serve",
+                "--manifests",
+                str(manifests),
+                "--secure-port",
+                str(port),
+                "--bind-address",
+                "127.0.0.1",
+                "--v",
+                "0",
+            ],
+            port,
+            work / f"serve{targets}.log",
+            PATH,
+        )
         load_seconds = time.time() - started
         try:
             body = httpx.get(f"https://127.0.0.1:{port}{PATH}", verify=False).content
@@ -139,8 +178,12 @@ def main() -> None:
     body_file = work / "body.json"
     body_file.write_bytes(body)
     port = free_port()
-    proc = start([sys.executable, str(Path(__file__).resolve()), "--bare", str(port), str(body_file)], port,
-                 work / "bare.log", "/")
+    proc = start(
+        [sys.executable, str(Path(__file__).resolve()), "--bare", str(port), str(body_file)],
+        port,
+        work / "bare.log",
+        "/",
+    )
     try:
         wrk(f"https://127.0.0.1:{port}{PATH}", 2, args.connections)
         bare = wrk(f"https://127.0.0.1:{port}{PATH}", args.duration, args.connections)
@@ -149,14 +192,15 @@ def main() -> None:
 
     print(f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {PATH}")
     print(f"{'server':<28} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
-    for name, r in (("bare ASGI (same bytes)", bare), *((f"prescaler, {t:,} targets", results[t])
-                                                          for t in results)):
+    for name, r in (("bare ASGI (same bytes)", bare), *((f"prescaler, {t:,} targets", results[t]) for t in results)):
         print(f"{name:<28} {r['rps']:>9.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['non2xx']:>8.0f}")
     small, large = results[10], results[args.large]
     print(f"ratio prescaler/bare (10 targets): {small['rps'] / bare['rps']:.2f} (goal >= 0.6)")
     print(f"p99 prescaler: {small['p99']:.2f} ms (goal <= 10 ms)")
-    print(f"GET cost {args.large:,} vs 10 targets (time per request): {small['rps'] / large['rps']:.2f}x "
-          f"(goal <= 1.2); startup with {args.large:,} targets: {large['load']:.1f} s")
+    print(
+        f"GET cost {args.large:,} vs 10 targets (time per request): {small['rps'] / large['rps']:.2f}x "
+        f"(goal <= 1.2); startup with {args.large:,} targets: {large['load']:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -39,11 +39,17 @@ T0 = 1.8e9
 def synthetic(n_targets: int, n_items: int, seed: int = 1) -> tuple[list, list, ContributionArrays]:
     rng = np.random.default_rng(seed)
     keys = [("rps", f"ns-{i % 100}", f"svc-{i}") for i in range(n_targets)]
-    policies = [MetricPolicy(default_value=0.0, merge_strategy=("Sum", "Max")[i % 2], lead_time=300.0,
-                             hold_time=30.0) for i in range(n_targets)]
+    policies = [
+        MetricPolicy(default_value=0.0, merge_strategy=("Sum", "Max")[i % 2], lead_time=300.0, hold_time=30.0)
+        for i in range(n_targets)
+    ]
     start = 1.8e9 + rng.integers(0, 86400, n_items).astype(float)
-    arrays = ContributionArrays(rng.integers(0, n_targets, n_items), start,
-                                start + rng.integers(60, 3600, n_items), rng.integers(0, 500, n_items).astype(float))
+    arrays = ContributionArrays(
+        rng.integers(0, n_targets, n_items),
+        start,
+        start + rng.integers(60, 3600, n_items),
+        rng.integers(0, 500, n_items).astype(float),
+    )
     return keys, policies, arrays
 
 
@@ -67,9 +73,11 @@ def bench_rebuild(n_targets: int, n_items: int) -> None:
         t0 = time.perf_counter()
         build_timelines(keys, table, arrays, policy_index=index, workers=1)
         serial.append(time.perf_counter() - t0)
-    print(f"rebuild {n_targets:,} targets from {n_items:,} items: first {elapsed:.3f} s, best of 3 "
-          f"{min(runs):.3f} s on 2 threads, {min(serial):.3f} s on one (goal < 1 s); peak traced memory {peak / 2**20:.0f} MiB (goal < 1024 MiB); "
-          f"result {timelines.nbytes / 2**20:.0f} MiB")
+    print(
+        f"rebuild {n_targets:,} targets from {n_items:,} items: first {elapsed:.3f} s, best of 3 "
+        f"{min(runs):.3f} s on 2 threads, {min(serial):.3f} s on one (goal < 1 s); peak traced memory {peak / 2**20:.0f} MiB (goal < 1024 MiB); "
+        f"result {timelines.nbytes / 2**20:.0f} MiB"
+    )
 
 
 def bench_expressions(n_items: int) -> None:
@@ -83,24 +91,43 @@ def bench_expressions(n_items: int) -> None:
     for i in range(sample):
         expr.evaluate({"scheduledMessage": float(i), "a": 1.0})
     scalar = (time.perf_counter() - t0) / sample
-    print(f"expressions: vectorised {n_items:,} items in {vector * 1000:.1f} ms "
-          f"({vector / n_items * 1e9:.0f} ns/item); simpleeval scalar {scalar * 1e6:.1f} us/item "
-          f"(ratio {scalar / (vector / n_items):.0f}x)")
+    print(
+        f"expressions: vectorised {n_items:,} items in {vector * 1000:.1f} ms "
+        f"({vector / n_items * 1e9:.0f} ns/item); simpleeval scalar {scalar * 1e6:.1f} us/item "
+        f"(ratio {scalar / (vector / n_items):.0f}x)"
+    )
 
 
 def event_docs(n_events: int, per_event: int, namespace: str = "bench") -> list[dict]:
     """One VirtualMetric and `n_events` VirtualMetricEvents of `per_event` targets (api sources that
     the bench feeds itself: the engine runs with start_sources=False)."""
-    docs: list[dict] = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-                         "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"}}]
+    docs: list[dict] = [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"},
+        }
+    ]
     for e in range(n_events):
-        docs.append({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-                     "metadata": {"name": f"ev-{e}"},
-                     "spec": {"source": {"api": {"url": f"http://127.0.0.1:9/items/{e}"}},
-                              "metrics": [{"name": "rps", "resource": {"name": f"svc-{e * per_event + i}",
-                                                                       "namespace": namespace},
-                                           "value": {"expression": f"n * {1 + i % 7}"}}
-                                          for i in range(per_event)]}})
+        docs.append(
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": f"ev-{e}"},
+                "spec": {
+                    "source": {"api": {"url": f"http://127.0.0.1:9/items/{e}"}},
+                    "metrics": [
+                        {
+                            "name": "rps",
+                            "resource": {"name": f"svc-{e * per_event + i}", "namespace": namespace},
+                            "value": {"expression": f"n * {1 + i % 7}"},
+                        }
+                        for i in range(per_event)
+                    ],
+                },
+            }
+        )
     return docs
 
 
@@ -160,14 +187,20 @@ def bench_partitioned(n_targets: int, items_per_source: int) -> None:
         tracemalloc.stop()
         await engine.stop()
         heap.enable(False)
-        print(f"partitioned rebuild, {n_targets:,} targets in one namespace x {items_per_source} items each "
-              f"= {contributions:,} contributions loaded:")
-        print(f"  one source's new snapshot ({min(n_targets, 1000):,} targets, "
-              f"{min(n_targets, 1000) * items_per_source:,} contributions) -> new values served: median "
-              f"{statistics.median(latencies) * 1000:.1f} ms, worst {max(latencies) * 1000:.1f} ms of 20 "
-              f"(goal <= 50 ms)")
-        print(f"  full rebuild of everything: {full:.3f} s (goal <= 0.5 s); peak traced memory "
-              f"{peak / 2**20:.0f} MiB = {peak / 2**20 / (n_targets / 100_000):.0f} MiB per 100 000 targets")
+        print(
+            f"partitioned rebuild, {n_targets:,} targets in one namespace x {items_per_source} items each "
+            f"= {contributions:,} contributions loaded:"
+        )
+        print(
+            f"  one source's new snapshot ({min(n_targets, 1000):,} targets, "
+            f"{min(n_targets, 1000) * items_per_source:,} contributions) -> new values served: median "
+            f"{statistics.median(latencies) * 1000:.1f} ms, worst {max(latencies) * 1000:.1f} ms of 20 "
+            f"(goal <= 50 ms)"
+        )
+        print(
+            f"  full rebuild of everything: {full:.3f} s (goal <= 0.5 s); peak traced memory "
+            f"{peak / 2**20:.0f} MiB = {peak / 2**20 / (n_targets / 100_000):.0f} MiB per 100 000 targets"
+        )
 
     asyncio.run(go())
 
@@ -201,8 +234,10 @@ def main() -> None:
     bench_partitioned(args.targets, max(1, args.items // args.targets))
     small = bench_query(10)
     large = bench_query(args.targets)
-    print(f"engine.query: {small * 1e6:.1f} us with 10 targets, {large * 1e6:.1f} us with {args.targets:,} "
-          f"targets, all in one namespace (ratio {large / small:.2f}, goal <= 1.2)")
+    print(
+        f"engine.query: {small * 1e6:.1f} us with 10 targets, {large * 1e6:.1f} us with {args.targets:,} "
+        f"targets, all in one namespace (ratio {large / small:.2f}, goal <= 1.2)"
+    )
 
 
 if __name__ == "__main__":

@@ -47,24 +47,64 @@ def percentile(values: list[float], q: float) -> float:
 
 def start_prescaler(tmp: Path, pki: TestPKI, upstream_url: str) -> tuple[subprocess.Popen[bytes], int]:
     now = int(time.time())
-    docs = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-             "spec": {"defaultValue": 0}},
-            {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "cal"},
-             "spec": {"source": {"schedule": {"items": [{"start": now - 60, "end": now + 7200, "values": {"m": 7}}]}},
-                      "metrics": [{"name": "rps", "resource": {"name": "service-a", "namespace": "service-a"},
-                                   "value": {"expression": "m"}}]}}]
+    docs = [
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"defaultValue": 0},
+        },
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": "cal"},
+            "spec": {
+                "source": {"schedule": {"items": [{"start": now - 60, "end": now + 7200, "values": {"m": 7}}]}},
+                "metrics": [
+                    {
+                        "name": "rps",
+                        "resource": {"name": "service-a", "namespace": "service-a"},
+                        "value": {"expression": "m"},
+                    }
+                ],
+            },
+        },
+    ]
     (tmp / "objects.yaml").write_text(yaml.safe_dump_all(docs))
     (tmp / "callers.csv").write_text(f"{CALLER},bench,uid-1\n")
     (tmp / "upstream-token").write_text(TOKEN)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(tmp / "objects.yaml"), "--v", "0",
-         "--secure-port", str(port), "--bind-address", "127.0.0.1",
-         "--tls-cert-file", str(pki.serving_cert_file), "--tls-private-key-file", str(pki.serving_key_file),
-         "--token-auth-file", str(tmp / "callers.csv"),
-         "--upstream-external-metrics-url", upstream_url, "--upstream-ca-file", str(pki.serving_ca_file),
-         "--upstream-token-file", str(tmp / "upstream-token")],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(tmp / "serve.log").open("w"))
+        [
+            sys.executable,
+            "-m",
+            "adapter.cli",
+            "serve",
+            "--manifests",
+            str(tmp / "objects.yaml"),
+            "--v",
+            "0",
+            "--secure-port",
+            str(port),
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(pki.serving_cert_file),
+            "--tls-private-key-file",
+            str(pki.serving_key_file),
+            "--token-auth-file",
+            str(tmp / "callers.csv"),
+            "--upstream-external-metrics-url",
+            upstream_url,
+            "--upstream-ca-file",
+            str(pki.serving_ca_file),
+            "--upstream-token-file",
+            str(tmp / "upstream-token"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "serve.log").open("w"),
+    )
     return proc, port
 
 
@@ -78,8 +118,13 @@ def serve_upstream(pki_dir: str) -> int:
 
 
 def start_upstream(pki: TestPKI) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(pki.dir)], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-upstream", str(pki.dir)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
     return proc, f"https://127.0.0.1:{port}"
@@ -99,10 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         upstream_proc, upstream_url = start_upstream(pki)
         proc, port = start_prescaler(tmp, pki, upstream_url)
         verify = ssl.create_default_context(cafile=str(pki.serving_ca_file))
-        direct = httpx.Client(base_url=upstream_url, verify=verify, headers={"Authorization": f"Bearer {TOKEN}"},
-                              timeout=10)
-        through = httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=verify,
-                               headers={"Authorization": f"Bearer {CALLER}"}, timeout=10)
+        direct = httpx.Client(
+            base_url=upstream_url, verify=verify, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+        )
+        through = httpx.Client(
+            base_url=f"https://127.0.0.1:{port}",
+            verify=verify,
+            headers={"Authorization": f"Bearer {CALLER}"},
+            timeout=10,
+        )
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -116,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
                 time.sleep(0.2)
             samples: dict[str, list[float]] = {"direct": [], "through": [], "own": []}
-            requests = {"direct": (direct, UPSTREAM_PATH), "through": (through, UPSTREAM_PATH),
-                        "own": (through, OWN_PATH)}
+            requests = {
+                "direct": (direct, UPSTREAM_PATH),
+                "through": (through, UPSTREAM_PATH),
+                "own": (through, OWN_PATH),
+            }
             for i in range(args.warmup + args.requests):
                 for name, (client, path) in requests.items():  # alternate: same conditions for each
                     started = time.perf_counter()
@@ -128,17 +181,26 @@ def main(argv: list[str] | None = None) -> int:
                         return 1
                     if i >= args.warmup:
                         samples[name].append(elapsed * 1000)
-            print(f"upstream passthrough latency, {args.requests} sequential keep-alive HTTPS requests each "
-                  "(loopback; ms)")
+            print(
+                f"upstream passthrough latency, {args.requests} sequential keep-alive HTTPS requests each "
+                "(loopback; ms)"
+            )
             print(f"{'path':<40} {'p50':>8} {'p99':>8} {'mean':>8}")
-            labels = {"direct": "direct to upstream", "through": "through prescaler to upstream",
-                      "own": "prescaler's own metric (reference)"}
+            labels = {
+                "direct": "direct to upstream",
+                "through": "through prescaler to upstream",
+                "own": "prescaler's own metric (reference)",
+            }
             for name, values in samples.items():
-                print(f"{labels[name]:<40} {percentile(values, 0.5):8.2f} {percentile(values, 0.99):8.2f} "
-                      f"{statistics.fmean(values):8.2f}")
+                print(
+                    f"{labels[name]:<40} {percentile(values, 0.5):8.2f} {percentile(values, 0.99):8.2f} "
+                    f"{statistics.fmean(values):8.2f}"
+                )
             d, t = samples["direct"], samples["through"]
-            print(f"{'added by passthrough':<40} {percentile(t, 0.5) - percentile(d, 0.5):8.2f} "
-                  f"{percentile(t, 0.99) - percentile(d, 0.99):8.2f} {statistics.fmean(t) - statistics.fmean(d):8.2f}")
+            print(
+                f"{'added by passthrough':<40} {percentile(t, 0.5) - percentile(d, 0.5):8.2f} "
+                f"{percentile(t, 0.99) - percentile(d, 0.99):8.2f} {statistics.fmean(t) - statistics.fmean(d):8.2f}"
+            )
         finally:
             direct.close()
             through.close()

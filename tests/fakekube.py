@@ -149,8 +149,15 @@ class ApiError(Exception):
 
 
 def status_object(code: int, reason: str, message: str) -> JSON:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _now() -> str:
@@ -209,14 +216,28 @@ def _generate_tls() -> tuple[bytes, bytes, bytes]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fakekube-ca")])
     ca_cert = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -224,21 +245,25 @@ def _generate_tls() -> tuple[bytes, bytes, bytes]:
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fakekube")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                       critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return (ca_cert.public_bytes(serialization.Encoding.PEM),
-            cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
+    return (
+        ca_cert.public_bytes(serialization.Encoding.PEM),
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
 
 
 _CLOSE = "close"  # watcher queue sentinels
@@ -306,8 +331,9 @@ class FakeKube:
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fakekube",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fakekube", kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -338,7 +364,9 @@ class FakeKube:
 
         path = Path(path)
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": self.url, "certificate-authority": self.ca_file}}],
             "users": [{"name": "fake", "user": {"token": token or self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
@@ -390,8 +418,11 @@ class FakeKube:
     def list_objects(self, kind: str) -> list[JSON]:
         rtype = self._type_for_kind(kind)
         with self._lock:
-            return [copy.deepcopy(o) for (g, p, _, _), o in sorted(self._objects.items())
-                    if (g, p) == (rtype.group, rtype.plural)]
+            return [
+                copy.deepcopy(o)
+                for (g, p, _, _), o in sorted(self._objects.items())
+                if (g, p) == (rtype.group, rtype.plural)
+            ]
 
     def set_status(self, kind: str, name: str, status: JSON, namespace: str | None = None) -> JSON:
         rtype = self._type_for_kind(kind)
@@ -399,10 +430,14 @@ class FakeKube:
             return self._update(rtype, namespace or "", name, {"status": status}, subresource="status")
 
     def set_auth_configmap(self, data: dict[str, str]) -> JSON:
-        return self.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": "extension-apiserver-authentication",
-                                        "namespace": "kube-system"},
-                           "data": dict(data)})
+        return self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+                "data": dict(data),
+            }
+        )
 
     @property
     def resource_version(self) -> int:
@@ -447,8 +482,9 @@ class FakeKube:
                     sent += 1
         return sent
 
-    def inject_error(self, method: str, path_regex: str, code: int = 500, times: int = 1,
-                     message: str = "injected error") -> None:
+    def inject_error(
+        self, method: str, path_regex: str, code: int = 500, times: int = 1, message: str = "injected error"
+    ) -> None:
         with self._lock:
             self._errors.append(_InjectedError(method.upper(), re.compile(path_regex), code, times, message))
 
@@ -463,8 +499,9 @@ class FakeKube:
     def requests_matching(self, method: str | None = None, path_regex: str = "") -> list[RecordedRequest]:
         pattern = re.compile(path_regex)
         with self._lock:
-            return [r for r in self.requests
-                    if (method is None or r.method == method.upper()) and pattern.search(r.path)]
+            return [
+                r for r in self.requests if (method is None or r.method == method.upper()) and pattern.search(r.path)
+            ]
 
     @staticmethod
     def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
@@ -480,8 +517,14 @@ class FakeKube:
     # ------------------------------------------------------------------ storage (call with lock held)
 
     def _bookmark(self, rtype: ResourceType) -> JSON:
-        return {"type": "BOOKMARK", "object": {"kind": rtype.kind, "apiVersion": rtype.api_version,
-                                               "metadata": {"resourceVersion": str(self._rv)}}}
+        return {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": rtype.kind,
+                "apiVersion": rtype.api_version,
+                "metadata": {"resourceVersion": str(self._rv)},
+            },
+        }
 
     def _emit(self, rtype: ResourceType, ns: str, event_type: str, obj: JSON) -> None:
         snapshot = copy.deepcopy(obj)
@@ -537,9 +580,13 @@ class FakeKube:
             raise ApiError(404, "NotFound", f'{rtype.plural} "{name}" not found')
         wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
         if wanted_rv not in (None, "") and str(wanted_rv) != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} "{name}": '
-                           "the object has been modified; please apply your changes to the latest "
-                           "version and try again")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rtype.plural} "{name}": '
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+            )
         if subresource == "status":
             new = copy.deepcopy(old)
             if "status" in body and body["status"] is not None:
@@ -581,8 +628,7 @@ class FakeKube:
         self._emit(rtype, ns, "DELETED", old)
         return copy.deepcopy(old)
 
-    def _list(self, rtype: ResourceType, ns: str | None, field_name: str | None,
-              labels: dict[str, str]) -> JSON:
+    def _list(self, rtype: ResourceType, ns: str | None, field_name: str | None, labels: dict[str, str]) -> JSON:
         probe = _Watcher(rtype, ns, field_name, labels, False)
         items = []
         for (group, plural, obj_ns, _), obj in sorted(self._objects.items()):
@@ -592,8 +638,12 @@ class FakeKube:
                     item.pop("kind", None)
                     item.pop("apiVersion", None)
                 items.append(item)
-        return {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
-                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+        return {
+            "kind": f"{rtype.kind}List",
+            "apiVersion": rtype.api_version,
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        }
 
     # ------------------------------------------------------------------ request handling
 
@@ -602,8 +652,13 @@ class FakeKube:
             for err in self._errors:
                 if err.times > 0 and err.method in (method, "*") and err.path.search(path):
                     err.times -= 1
-                    reason = {409: "Conflict", 404: "NotFound", 403: "Forbidden", 429: "TooManyRequests",
-                              503: "ServiceUnavailable"}.get(err.code, "InternalError")
+                    reason = {
+                        409: "Conflict",
+                        404: "NotFound",
+                        403: "Forbidden",
+                        429: "TooManyRequests",
+                        503: "ServiceUnavailable",
+                    }.get(err.code, "InternalError")
                     raise ApiError(err.code, reason, err.message)
 
     def _route(self, method: str, path: str) -> tuple[ResourceType, str | None, str | None, str | None]:
@@ -643,12 +698,13 @@ class FakeKube:
         except ValueError:
             body = raw.decode("utf-8", "replace")
         with self._lock:
-            self.requests.append(RecordedRequest(method, path, query, body,
-                                                 {k.lower(): v for k, v in handler.headers.items()}))
+            self.requests.append(
+                RecordedRequest(method, path, query, body, {k.lower(): v for k, v in handler.headers.items()})
+            )
         try:
             if self.require_auth:
                 auth = handler.headers.get("Authorization", "")
-                if not auth.startswith("Bearer ") or auth[len("Bearer "):] not in self.accepted_tokens:
+                if not auth.startswith("Bearer ") or auth[len("Bearer ") :] not in self.accepted_tokens:
                     raise ApiError(401, "Unauthorized", "Unauthorized")
             self._check_injected(method, path)
             if isinstance(body, str):
@@ -660,19 +716,33 @@ class FakeKube:
             rtype, ns, name, sub = self._route(method, path)
             if method == "GET" and name is None and query.get("watch") in ("1", "true"):
                 return self._serve_watch(handler, rtype, ns, query)
-            handler.send_json(*self._serve_rest(method, rtype, ns, name, sub, query, body,
-                                                handler.headers.get("Content-Type", "")))
+            handler.send_json(
+                *self._serve_rest(method, rtype, ns, name, sub, query, body, handler.headers.get("Content-Type", ""))
+            )
         except ApiError as err:
             handler.send_json(err.code, status_object(err.code, err.reason, err.message))
 
-    def _serve_rest(self, method: str, rtype: ResourceType, ns: str | None, name: str | None,
-                    sub: str | None, query: dict[str, str], body: Any, content_type: str) -> tuple[int, JSON]:
+    def _serve_rest(
+        self,
+        method: str,
+        rtype: ResourceType,
+        ns: str | None,
+        name: str | None,
+        sub: str | None,
+        query: dict[str, str],
+        body: Any,
+        content_type: str,
+    ) -> tuple[int, JSON]:
         with self._lock:
             if name is None:
                 if method == "GET":
                     field_name, field_ns = _field_selector(query.get("fieldSelector", ""))
-                    return 200, self._list(rtype, ns if ns is not None else field_ns, field_name,
-                                           _label_selector(query.get("labelSelector", "")))
+                    return 200, self._list(
+                        rtype,
+                        ns if ns is not None else field_ns,
+                        field_name,
+                        _label_selector(query.get("labelSelector", "")),
+                    )
                 if method == "POST":
                     if not isinstance(body, dict):
                         raise ApiError(400, "BadRequest", "body must be an object")
@@ -703,8 +773,9 @@ class FakeKube:
                 elif "merge-patch" in content_type or "strategic-merge-patch" in content_type:
                     if not isinstance(body, dict):
                         raise ApiError(400, "BadRequest", "merge patch body must be an object")
-                    patched = merge_patch({k: v for k, v in current.items()},
-                                          {**body, "metadata": {**(body.get("metadata") or {})}})
+                    patched = merge_patch(
+                        {k: v for k, v in current.items()}, {**body, "metadata": {**(body.get("metadata") or {})}}
+                    )
                     if "resourceVersion" not in (body.get("metadata") or {}):
                         patched["metadata"].pop("resourceVersion", None)
                 else:
@@ -714,9 +785,14 @@ class FakeKube:
 
     def _serve_watch(self, handler: _Handler, rtype: ResourceType, ns: str | None, query: dict[str, str]) -> None:
         field_name, field_ns = _field_selector(query.get("fieldSelector", ""))
-        watcher = _Watcher(rtype, ns if ns is not None else field_ns, field_name,
-                           _label_selector(query.get("labelSelector", "")),
-                           query.get("allowWatchBookmarks") in ("1", "true"), sock=handler.connection)
+        watcher = _Watcher(
+            rtype,
+            ns if ns is not None else field_ns,
+            field_name,
+            _label_selector(query.get("labelSelector", "")),
+            query.get("allowWatchBookmarks") in ("1", "true"),
+            sock=handler.connection,
+        )
         rv_text = query.get("resourceVersion", "")
         with self._lock:
             if rv_text in ("", "0"):
@@ -773,8 +849,13 @@ class FakeKube:
         token = ((body.get("spec") or {}).get("token")) or ""
         user = self.token_review_handler(token) if self.token_review_handler else self.tokens.get(token)
         status: JSON = {"authenticated": False} if user is None else {"authenticated": True, "user": user}
-        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                "metadata": {"creationTimestamp": None}, "spec": body.get("spec") or {}, "status": status}
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "metadata": {"creationTimestamp": None},
+            "spec": body.get("spec") or {},
+            "status": status,
+        }
 
     def _subject_access_review(self, body: JSON) -> JSON:
         with self._lock:
@@ -784,8 +865,13 @@ class FakeKube:
         status: JSON = {"allowed": bool(allowed), "reason": reason}
         if not allowed:
             status["denied"] = True
-        return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "metadata": {"creationTimestamp": None}, "spec": spec, "status": status}
+        return {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
 
 
 def _spec_part(obj: JSON) -> JSON:

@@ -18,22 +18,34 @@ NOW = 1_700_545_800.0  # the seed batch's start
 
 
 def metric(name: str = "rps", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": name},
-            "spec": {"name": name, "defaultValue": 0, "mergeStrategy": "Sum", **spec}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetric",
+        "metadata": {"name": name},
+        "spec": {"name": name, "defaultValue": 0, "mergeStrategy": "Sum", **spec},
+    }
 
 
-def schedule_event(name: str, items: list[dict[str, Any]], entries: list[dict[str, Any]],
-                   labels: dict[str, str] | None = None) -> dict[str, Any]:
+def schedule_event(
+    name: str, items: list[dict[str, Any]], entries: list[dict[str, Any]], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if labels:
         meta["labels"] = labels
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": meta,
-            "spec": {"source": {"schedule": {"items": items}}, "metrics": entries}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": meta,
+        "spec": {"source": {"schedule": {"items": items}}, "metrics": entries},
+    }
 
 
 def entry(namespace: str, name: str, expression: str, metric_name: str = "rps") -> dict[str, Any]:
-    return {"name": metric_name, "resource": {"name": name, "namespace": namespace},
-            "value": {"expression": expression}}
+    return {
+        "name": metric_name,
+        "resource": {"name": name, "namespace": namespace},
+        "value": {"expression": expression},
+    }
 
 
 async def loaded_engine(docs: Iterable[dict[str, Any]], now: float = NOW) -> Engine:

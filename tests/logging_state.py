@@ -14,8 +14,10 @@ from adapter import logs
 def preserved_logging() -> Iterator[None]:
     root = logging.getLogger()
     names = (*logs.OUR_LOGGERS, *logs.LIBRARY_LOGGERS, logs.ACCESS_LOGGER)
-    saved = {name: (logging.getLogger(name).level, list(logging.getLogger(name).handlers),
-                    logging.getLogger(name).propagate) for name in names}
+    saved = {
+        name: (logging.getLogger(name).level, list(logging.getLogger(name).handlers), logging.getLogger(name).propagate)
+        for name in names
+    }
     root_saved = (root.level, list(root.handlers))
     try:
         yield

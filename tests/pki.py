@@ -48,7 +48,9 @@ class TestPKI:
     def ca_pem(self, name: str) -> bytes:
         return self.cas[name][0]
 
-    def client(self, common_name: str, groups: list[str] | tuple[str, ...] = (), ca: str = "client") -> tuple[Path, Path]:
+    def client(
+        self, common_name: str, groups: list[str] | tuple[str, ...] = (), ca: str = "client"
+    ) -> tuple[Path, Path]:
         ca_cert, ca_key = self.cas[ca]
         cert, key = make_client_cert(ca_cert, ca_key, common_name, list(groups))
         self._n += 1

@@ -66,17 +66,23 @@ def synthetic(times: np.ndarray, base: float) -> np.ndarray:
 
 def write_openmetrics(path: Path, last_sample: float) -> None:
     times = last_sample - STEP * np.arange(int(DAYS * DAY / STEP))[::-1]
-    lines = ["# HELP prescaler_test_requests Synthetic daily requests per second.",
-             "# TYPE prescaler_test_requests gauge"]
+    lines = [
+        "# HELP prescaler_test_requests Synthetic daily requests per second.",
+        "# TYPE prescaler_test_requests gauge",
+    ]
     for service, base in (("service-a", 100.0), ("service-b", 10.0)):
-        lines += [f'prescaler_test_requests{{service="{service}"}} {v:.6f} {t:.0f}'
-                  for t, v in zip(times, synthetic(times, base))]
+        lines += [
+            f'prescaler_test_requests{{service="{service}"}} {v:.6f} {t:.0f}'
+            for t, v in zip(times, synthetic(times, base))
+        ]
     trace = np.loadtxt(TRACE, delimiter=",", skiprows=1) if TRACE.exists() else None
     if trace is not None and len(trace):
-        values = trace[-len(times):, 1]
+        values = trace[-len(times) :, 1]
         shifted = last_sample - STEP * np.arange(len(values))[::-1]
-        lines += ["# HELP prescaler_trace_requests ELB request count trace, shifted to end now.",
-                  "# TYPE prescaler_trace_requests gauge"]
+        lines += [
+            "# HELP prescaler_trace_requests ELB request count trace, shifted to end now.",
+            "# TYPE prescaler_trace_requests gauge",
+        ]
         lines += [f'prescaler_trace_requests{{trace="elb"}} {v:.6f} {t:.0f}' for t, v in zip(shifted, values)]
     lines.append("# EOF")
     path.write_text("\n".join(lines) + "\n")
@@ -113,20 +119,30 @@ def start_prometheus(workdir: Path) -> tuple[PrometheusServer, subprocess.Popen]
     last_sample = float(int(time.time()) - 10)
     metrics = workdir / "history.om"
     write_openmetrics(metrics, last_sample)
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data_dir)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(metrics), str(data_dir)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = workdir / "prometheus.log"
     with open(log, "wb") as log_handle:
-        process = subprocess.Popen([
-            prometheus, f"--config.file={config}", f"--storage.tsdb.path={data_dir}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            # Backfilled blocks are judged by retention like any other: keep them all.
-            "--storage.tsdb.retention.time=3650d",
-        ], stdout=log_handle, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data_dir}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                # Backfilled blocks are judged by retention like any other: keep them all.
+                "--storage.tsdb.retention.time=3650d",
+            ],
+            stdout=log_handle,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _wait_ready(url, process, log)
     except Exception:
@@ -152,6 +168,7 @@ def shared_prometheus() -> PrometheusServer:
         except FileNotFoundError as exc:
             _shared_error = str(exc)
         else:
+
             def stop() -> None:
                 process.kill()  # throwaway data: no need for a graceful (slow) shutdown
                 process.wait(timeout=10)

@@ -8,10 +8,15 @@ from collections.abc import Mapping, Sequence
 from adapter.timeline import Contribution, MetricPolicy
 
 
-def reference_value(policy: MetricPolicy, contributions: Sequence[Contribution], t: float,
-                    probe_points: Mapping[str, float] | None = None) -> float:
+def reference_value(
+    policy: MetricPolicy,
+    contributions: Sequence[Contribution],
+    t: float,
+    probe_points: Mapping[str, float] | None = None,
+) -> float:
     """Brute-force V(t) straight from the definition: evaluate F at every point where it can change
     inside [t, t + leadTime] and take the peak."""
+
     def merged(s: float) -> float:
         active = [c.value for c in contributions if c.start <= s < c.end + policy.hold_time]
         if not active:

@@ -22,9 +22,25 @@ class ServeProcess:
         self.log_path = workdir / "serve.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "adapter.cli", "serve", "--manifests", *map(str, manifests), "--secure-port",
-             str(self.port), "--bind-address", "127.0.0.1", "--write-kubeconfig", str(self.kubeconfig), *extra],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "serve",
+                "--manifests",
+                *map(str, manifests),
+                "--secure-port",
+                str(self.port),
+                "--bind-address",
+                "127.0.0.1",
+                "--write-kubeconfig",
+                str(self.kubeconfig),
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         self.ca = workdir / "tls.crt"
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:

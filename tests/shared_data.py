@@ -22,8 +22,13 @@ def shared_dir() -> Path | None:
         candidates.append(Path(os.environ["PRESCALER_SHARED"]))
     candidates.append(REPO.parent / "shared")
     try:
-        origin = subprocess.run(["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
-                                capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+        origin = subprocess.run(
+            ["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         origin = ""
     if origin and "://" not in origin and ":" not in origin.split("/")[0]:
@@ -37,8 +42,10 @@ def shared_path(relative: str) -> Path:
     if base is None or not (base / relative).exists():
         import pytest
 
-        reason = (f"shared/{relative} not found beside the repository or its origin "
-                  "(set PRESCALER_SHARED to the shared folder)")
+        reason = (
+            f"shared/{relative} not found beside the repository or its origin "
+            "(set PRESCALER_SHARED to the shared folder)"
+        )
         print(f"skipping: {reason}")
         pytest.skip(reason)
     return base / relative

@@ -20,33 +20,82 @@ ROOT = Path(__file__).resolve().parents[1] / "adapter"
 
 # Low to high. A module may import modules of its own layer and of the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", (
-        "adapter",  # the package itself: __version__
-        "adapter.version", "adapter.errors", "adapter.quantity", "adapter.durations", "adapter.timefmt",
-        "adapter.labels", "adapter.fields", "adapter.tscsv", "adapter.observability", "adapter.logs",
-        "adapter.handoff", "adapter.announced_metrics", "adapter.heap",
-    )),
-    ("model", (
-        "adapter.resources", "adapter.items", "adapter.expressions", "adapter.policy",
-    )),
-    ("sources", (
-        "adapter.sources", "adapter.forecast",
-    )),
-    ("pipeline", (
-        "adapter.timeline", "adapter.pipeline", "adapter.status_board",
-    )),
-    ("engine", (
-        "adapter.engine", "adapter.publisher",
-        "adapter.sim",  # the simulator drives the same pipeline as the engine, at simulated time
-    )),
-    ("serving", (
-        "adapter.api", "adapter.serving", "adapter.store", "adapter.auth", "adapter.preview", "adapter.upstream",
-        "adapter.crd",  # the CRD schemas (Kubernetes-facing), built from the source registry
-    )),
-    ("cli", (
-        "adapter.cli", "adapter.forecast.cli", "adapter.sim.cli", "adapter.sim.plot", "adapter.serving.certs_cli",
-        "adapter.demo", "adapter.validate", "adapter.migrate",
-    )),
+    (
+        "foundations",
+        (
+            "adapter",  # the package itself: __version__
+            "adapter.version",
+            "adapter.errors",
+            "adapter.quantity",
+            "adapter.durations",
+            "adapter.timefmt",
+            "adapter.labels",
+            "adapter.fields",
+            "adapter.tscsv",
+            "adapter.observability",
+            "adapter.logs",
+            "adapter.handoff",
+            "adapter.announced_metrics",
+            "adapter.heap",
+        ),
+    ),
+    (
+        "model",
+        (
+            "adapter.resources",
+            "adapter.items",
+            "adapter.expressions",
+            "adapter.policy",
+        ),
+    ),
+    (
+        "sources",
+        (
+            "adapter.sources",
+            "adapter.forecast",
+        ),
+    ),
+    (
+        "pipeline",
+        (
+            "adapter.timeline",
+            "adapter.pipeline",
+            "adapter.status_board",
+        ),
+    ),
+    (
+        "engine",
+        (
+            "adapter.engine",
+            "adapter.publisher",
+            "adapter.sim",  # the simulator drives the same pipeline as the engine, at simulated time
+        ),
+    ),
+    (
+        "serving",
+        (
+            "adapter.api",
+            "adapter.serving",
+            "adapter.store",
+            "adapter.auth",
+            "adapter.preview",
+            "adapter.upstream",
+            "adapter.crd",  # the CRD schemas (Kubernetes-facing), built from the source registry
+        ),
+    ),
+    (
+        "cli",
+        (
+            "adapter.cli",
+            "adapter.forecast.cli",
+            "adapter.sim.cli",
+            "adapter.sim.plot",
+            "adapter.serving.certs_cli",
+            "adapter.demo",
+            "adapter.validate",
+            "adapter.migrate",
+        ),
+    ),
 ]
 
 
@@ -54,8 +103,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # check ignores these edges; test_allowed_exceptions_still_exist fails once one is gone, so the list
 # only shrinks. Do not add to it to make a new import pass: move the code instead.
 ALLOWED_IMPORTS: dict[tuple[str, str], str] = {
-    ("adapter.sources.forecast_regressors", "adapter.sources.registry"):
-        "forecast regressors build other source kinds; should receive the registry from the caller",
+    (
+        "adapter.sources.forecast_regressors",
+        "adapter.sources.registry",
+    ): "forecast regressors build other source kinds; should receive the registry from the caller",
 }
 
 
@@ -169,7 +220,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 continue
             if state.get(step) == 1:
-                return path[path.index(step):] + [step]
+                return path[path.index(step) :] + [step]
             if not state.get(step):
                 state[step] = 1
                 path.append(step)
@@ -200,10 +251,13 @@ def test_no_cycles_between_packages():
     assert cycle is None, "packages import each other: " + " -> ".join(cycle or [])
 
 
-@pytest.mark.parametrize("graph,expected", [
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
-    ({"a": {"b"}, "b": set(), "c": {"a", "b"}}, None),
-])
+@pytest.mark.parametrize(
+    "graph,expected",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": set(), "c": {"a", "b"}}, None),
+    ],
+)
 def test_the_cycle_finder_finds_cycles(graph, expected):
     assert find_cycle(graph) == expected
 

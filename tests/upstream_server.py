@@ -36,14 +36,31 @@ class Seen:
 
 
 def status(code: int, reason: str, message: str) -> bytes:
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                       "message": message, "reason": reason, "code": code}).encode()
+    return json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+    ).encode()
 
 
 class UpstreamServer:
-    def __init__(self, pki: Any, names: list[str] | None = None, *, client_ca_file: str | None = None,
-                 tokens: set[str] | None = None, max_hang: float = 20.0, pki_dir: Path | None = None,
-                 front_proxy_ca_file: str | None = None):
+    def __init__(
+        self,
+        pki: Any,
+        names: list[str] | None = None,
+        *,
+        client_ca_file: str | None = None,
+        tokens: set[str] | None = None,
+        max_hang: float = 20.0,
+        pki_dir: Path | None = None,
+        front_proxy_ca_file: str | None = None,
+    ):
         self.names = list(names or ["keda-metric"])
         self.mode = "ok"
         self.value = "42"
@@ -209,21 +226,41 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         url = urlsplit(self.path)
         if url.path.rstrip("/") == V1:
-            resources = [{"name": n, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList",
-                          "verbs": ["get"]} for n in up.names]
-            return self._send(200, json.dumps({"kind": "APIResourceList", "apiVersion": "v1",
-                                               "groupVersion": "external.metrics.k8s.io/v1beta1",
-                                               "resources": resources}).encode())
-        parts = url.path[len(V1) + 1:].split("/") if url.path.startswith(V1 + "/") else []
+            resources = [
+                {"name": n, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList", "verbs": ["get"]}
+                for n in up.names
+            ]
+            return self._send(
+                200,
+                json.dumps(
+                    {
+                        "kind": "APIResourceList",
+                        "apiVersion": "v1",
+                        "groupVersion": "external.metrics.k8s.io/v1beta1",
+                        "resources": resources,
+                    }
+                ).encode(),
+            )
+        parts = url.path[len(V1) + 1 :].split("/") if url.path.startswith(V1 + "/") else []
         if len(parts) != 3 or parts[0] != "namespaces":
             return self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
         metric = parts[2]
         if metric not in up.names:
             return self._send(404, status(404, "NotFound", f"upstream: no metric {metric}"))
         selector = parse_qs(url.query).get("labelSelector", [""])[0]
-        body = {"kind": "ExternalMetricValueList", "apiVersion": "external.metrics.k8s.io/v1beta1",
-                "metadata": {}, "items": [{"metricName": metric, "metricLabels": {"selector": selector},
-                                           "timestamp": "2026-01-01T00:00:00Z", "value": up.value}]}
+        body = {
+            "kind": "ExternalMetricValueList",
+            "apiVersion": "external.metrics.k8s.io/v1beta1",
+            "metadata": {},
+            "items": [
+                {
+                    "metricName": metric,
+                    "metricLabels": {"selector": selector},
+                    "timestamp": "2026-01-01T00:00:00Z",
+                    "value": up.value,
+                }
+            ],
+        }
         return self._send(200, json.dumps(body).encode())
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:

@@ -55,8 +55,13 @@ _GROUP = wire.api_group()
 class PrescalerApp:
     """The ASGI application: the hot /apis path in front of a FastAPI app for everything else."""
 
-    def __init__(self, provider: MetricsProvider, lifespan: Callable[[], Any] | None = None,
-                 ready: Callable[[], bool] | None = None, upstream: Passthrough | None = None):
+    def __init__(
+        self,
+        provider: MetricsProvider,
+        lifespan: Callable[[], Any] | None = None,
+        ready: Callable[[], bool] | None = None,
+        upstream: Passthrough | None = None,
+    ):
         self.provider = provider
         self.upstream = upstream  # metrics prescaler does not define go there (adapter/upstream)
         self._own_names: tuple[Any, frozenset[str]] = (None, frozenset())
@@ -92,7 +97,7 @@ class PrescalerApp:
             # Outside every web service: the generic apiserver answers text/plain.
             await _respond(send, 404, b"404 page not found\n", _TEXT)
             return "other", 404
-        parts = path[len(_VERSION_PREFIX) + 1:].split("/")
+        parts = path[len(_VERSION_PREFIX) + 1 :].split("/")
         if len(parts) != 3 or parts[0] != "namespaces" or not parts[1] or not parts[2]:
             await _respond(send, 404, wire.not_found_resource(), _JSON)
             return "other", 404
@@ -161,8 +166,9 @@ class PrescalerApp:
             obs.record_unknown_target(metric)
         return code
 
-    def _compute_value(self, query_string: bytes, namespace: str, metric: str,
-                       now: float) -> tuple[int, bytes, float, int]:
+    def _compute_value(
+        self, query_string: bytes, namespace: str, metric: str, now: float
+    ) -> tuple[int, bytes, float, int]:
         """(code, body, valid until, number of unknown targets named)."""
         try:
             selector = parse_query_selector(_label_selector(query_string))
@@ -174,8 +180,12 @@ class PrescalerApp:
             if namespace != "*":  # what an HPA (always namespaced) now sees, for dashboards (bounded LRU)
                 for target in result.values[:MAX_SERVED_RECORDED]:
                     obs.record_served(metric, target.namespace, target.name, target.value)
-            return (200, wire.external_metric_value_list(metric, result.values, now), result.valid_until,
-                    len(result.unknown))
+            return (
+                200,
+                wire.external_metric_value_list(metric, result.values, now),
+                result.valid_until,
+                len(result.unknown),
+            )
         if isinstance(result, MetricNotFound):
             return 404, wire.status(404, "NotFound", result.message), math.inf, 0
         # SourceOnHold (stale or never fetched, onStale: Hold) lasts until a fetch succeeds, i.e. a new snapshot.
@@ -201,15 +211,21 @@ def _label_selector_cached(query_string: bytes) -> str:
 def _parse_label_selector(query_string: bytes) -> str:
     if not query_string:
         return ""
-    params = parse_qs(query_string.decode("utf-8", errors="strict"), keep_blank_values=True,
-                      errors="strict", max_num_fields=64)
+    params = parse_qs(
+        query_string.decode("utf-8", errors="strict"), keep_blank_values=True, errors="strict", max_num_fields=64
+    )
     values = params.get("labelSelector")
     return values[0] if values else ""
 
 
 async def _respond(send: Send, code: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": code,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": code,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -260,8 +276,9 @@ def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None) -> Fas
 
     install_preview_routes(api, app.provider)  # read-only, outside the aggregated path
 
-    @api.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
-                   include_in_schema=False)
+    @api.api_route(
+        "/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], include_in_schema=False
+    )
     async def fallback(path: str) -> Response:
         return PlainTextResponse("404 page not found\n", status_code=404)
 

@@ -38,11 +38,16 @@ def _schemas(ref_prefix: str) -> dict[str, Any]:
                 "kind": {"type": "string"},
                 "apiVersion": {"type": "string"},
                 "metadata": {"type": "object"},
-                "items": {"type": "array", "items": {
-                    "$ref": f"{ref_prefix}io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValue"}},
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "$ref": f"{ref_prefix}io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValue"
+                    },
+                },
             },
             "x-kubernetes-group-version-kind": [
-                {"group": "external.metrics.k8s.io", "version": "v1beta1", "kind": "ExternalMetricValueList"}],
+                {"group": "external.metrics.k8s.io", "version": "v1beta1", "kind": "ExternalMetricValueList"}
+            ],
         },
     }
 
@@ -51,8 +56,14 @@ def _parameters() -> list[dict[str, Any]]:
     return [
         {"name": "namespace", "in": "path", "required": True, "type": "string"},
         {"name": "metric", "in": "path", "required": True, "type": "string"},
-        {"name": "labelSelector", "in": "query", "required": False, "type": "string",
-         "uniqueItems": True, "description": "A selector over metricLabels, e.g. resource=service-a."},
+        {
+            "name": "labelSelector",
+            "in": "query",
+            "required": False,
+            "type": "string",
+            "uniqueItems": True,
+            "description": "A selector over metricLabels, e.g. resource=service-a.",
+        },
     ]
 
 
@@ -61,18 +72,31 @@ def v2_bytes() -> bytes:
     doc = {
         "swagger": "2.0",
         "info": {"title": "prescaler external metrics", "version": __version__},
-        "paths": {_VALUE_PATH: {"get": {
-            "operationId": "listExternalMetricValue",
-            "produces": ["application/json"],
-            "schemes": ["https"],
-            "parameters": _parameters(),
-            "responses": {"200": {"description": "OK", "schema": {
-                "$ref": "#/definitions/io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList"}},
-                "401": {"description": "Unauthorized"}},
-            "x-kubernetes-action": "list",
-            "x-kubernetes-group-version-kind": {"group": "external.metrics.k8s.io", "version": "v1beta1",
-                                                "kind": "ExternalMetricValueList"},
-        }}},
+        "paths": {
+            _VALUE_PATH: {
+                "get": {
+                    "operationId": "listExternalMetricValue",
+                    "produces": ["application/json"],
+                    "schemes": ["https"],
+                    "parameters": _parameters(),
+                    "responses": {
+                        "200": {
+                            "description": "OK",
+                            "schema": {
+                                "$ref": "#/definitions/io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList"
+                            },
+                        },
+                        "401": {"description": "Unauthorized"},
+                    },
+                    "x-kubernetes-action": "list",
+                    "x-kubernetes-group-version-kind": {
+                        "group": "external.metrics.k8s.io",
+                        "version": "v1beta1",
+                        "kind": "ExternalMetricValueList",
+                    },
+                }
+            }
+        },
         "definitions": _schemas("#/definitions/"),
     }
     return json.dumps(doc, separators=(",", ":")).encode()
@@ -82,17 +106,38 @@ def v2_bytes() -> bytes:
 def v3_bytes() -> bytes:
     params = []
     for p in _parameters():
-        params.append({"name": p["name"], "in": p["in"], "required": p["required"],
-                       "schema": {"type": "string"}, **({"description": p["description"]} if "description" in p else {})})
+        params.append(
+            {
+                "name": p["name"],
+                "in": p["in"],
+                "required": p["required"],
+                "schema": {"type": "string"},
+                **({"description": p["description"]} if "description" in p else {}),
+            }
+        )
     doc = {
         "openapi": "3.0.0",
         "info": {"title": "prescaler external metrics", "version": __version__},
-        "paths": {_VALUE_PATH: {"get": {
-            "operationId": "listExternalMetricValue",
-            "parameters": params,
-            "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {
-                "$ref": "#/components/schemas/io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList"}}}}},
-        }}},
+        "paths": {
+            _VALUE_PATH: {
+                "get": {
+                    "operationId": "listExternalMetricValue",
+                    "parameters": params,
+                    "responses": {
+                        "200": {
+                            "description": "OK",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "$ref": "#/components/schemas/io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList"
+                                    }
+                                }
+                            },
+                        }
+                    },
+                }
+            }
+        },
         "components": {"schemas": _schemas("#/components/schemas/")},
     }
     return json.dumps(doc, separators=(",", ":")).encode()
@@ -100,5 +145,10 @@ def v3_bytes() -> bytes:
 
 def v3_root() -> dict[str, Any]:
     digest = hashlib.sha512(v3_bytes()).hexdigest()[:32].upper()
-    return {"paths": {"apis/external.metrics.k8s.io/v1beta1": {
-        "serverRelativeURL": f"/openapi/v3/apis/external.metrics.k8s.io/v1beta1?hash={digest}"}}}
+    return {
+        "paths": {
+            "apis/external.metrics.k8s.io/v1beta1": {
+                "serverRelativeURL": f"/openapi/v3/apis/external.metrics.k8s.io/v1beta1?hash={digest}"
+            }
+        }
+    }

@@ -19,10 +19,17 @@ from adapter.pipeline.preview import PreviewRequest, parse_time
 
 def install_preview_routes(api: Any, provider: MetricsProvider) -> None:
     @api.get("/prescaler/v1/preview")
-    async def preview_route(metric: str | None = None, namespace: str | None = None, resource: str | None = None,
-                            start: str | None = None, duration: str = "2h", step: str = "1m") -> Response:
-        missing = [name for name, value in (("metric", metric), ("namespace", namespace), ("resource", resource))
-                   if not value]
+    async def preview_route(
+        metric: str | None = None,
+        namespace: str | None = None,
+        resource: str | None = None,
+        start: str | None = None,
+        duration: str = "2h",
+        step: str = "1m",
+    ) -> Response:
+        missing = [
+            name for name, value in (("metric", metric), ("namespace", namespace), ("resource", resource)) if not value
+        ]
         if missing or metric is None or namespace is None or resource is None:
             # A Status like every other error (FastAPI's own 422 body is not one).
             return _status(400, "BadRequest", f"preview: missing query parameter(s): {', '.join(missing)}")
@@ -31,8 +38,7 @@ def install_preview_routes(api: Any, provider: MetricsProvider) -> None:
                 start_at = parse_time(start, provider.clock())
             except ValueError as exc:
                 raise ValueError(f"start: {exc}") from None
-            req = PreviewRequest(metric, namespace, resource, start_at, parse_duration(duration),
-                                 parse_duration(step))
+            req = PreviewRequest(metric, namespace, resource, start_at, parse_duration(duration), parse_duration(step))
             req.check()
             doc = await asyncio.to_thread(provider.preview, req)
         except (ValueError, DurationError, OverflowError) as exc:

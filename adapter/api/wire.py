@@ -42,10 +42,11 @@ def _group_body() -> dict[str, Any]:
 def api_resource_list(metric_names: Iterable[str]) -> bytes:
     # Never an empty list: client-go discovery reports "Got empty response" to kubectl/helm.
     names = sorted(set(metric_names)) or [PLACEHOLDER_RESOURCE]
-    resources = [{"name": n, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList",
-                  "verbs": ["get"]} for n in names]
-    return dumps({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
-                  "resources": resources})
+    resources = [
+        {"name": n, "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList", "verbs": ["get"]}
+        for n in names
+    ]
+    return dumps({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION, "resources": resources})
 
 
 def timestamp(now: float) -> str:
@@ -60,15 +61,22 @@ def _timestamp(second: int) -> str:
 
 def external_metric_value_list(metric: str, values: Iterable[TargetValue], now: float) -> bytes:
     stamp = timestamp(now)
-    items = [{"metricName": metric, "metricLabels": dict(v.labels), "timestamp": stamp,
-              "value": format_milli(v.value)} for v in values]
-    return dumps({"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {},
-                  "items": items})
+    items = [
+        {"metricName": metric, "metricLabels": dict(v.labels), "timestamp": stamp, "value": format_milli(v.value)}
+        for v in values
+    ]
+    return dumps({"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items})
 
 
 def status(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> bytes:
-    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": message, "reason": reason}
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
     if details is not None:
         body["details"] = details
     body["code"] = code
@@ -80,5 +88,6 @@ def not_found_resource() -> bytes:
 
 
 def method_not_allowed(method: str) -> bytes:
-    return status(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource "
-                  f"({method})", {})
+    return status(
+        405, "MethodNotAllowed", f"the server does not allow this method on the requested resource ({method})", {}
+    )

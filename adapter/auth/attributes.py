@@ -39,8 +39,13 @@ class RequestAttributes:
         """The ``resourceAttributes`` / ``nonResourceAttributes`` part of a SubjectAccessReview spec."""
         if not self.resource_request:
             return {"nonResourceAttributes": {"path": self.path, "verb": self.verb}}
-        attrs: dict[str, Any] = {"namespace": self.namespace, "verb": self.verb, "group": self.group,
-                                 "version": self.version, "resource": self.resource}
+        attrs: dict[str, Any] = {
+            "namespace": self.namespace,
+            "verb": self.verb,
+            "group": self.group,
+            "version": self.version,
+            "resource": self.resource,
+        }
         if self.subresource:
             attrs["subresource"] = self.subresource
         if self.name:
@@ -98,8 +103,9 @@ def _request_attributes(method: str, path: str, query_string: bytes | str) -> Re
     resource = rest[0] if len(rest) >= 1 else ""
     name = rest[1] if len(rest) >= 2 else ""
     subresource = rest[2] if len(rest) >= 3 and verb != "proxy" else ""
-    query = parse_qs(query_string.decode("latin-1") if isinstance(query_string, bytes) else query_string,
-                     keep_blank_values=True)
+    query = parse_qs(
+        query_string.decode("latin-1") if isinstance(query_string, bytes) else query_string, keep_blank_values=True
+    )
     if not name and verb == "get":
         watch = (query.get("watch") or [""])[0].lower()
         verb = "watch" if watch not in ("", "false", "0") else "list"
@@ -107,9 +113,18 @@ def _request_attributes(method: str, path: str, query_string: bytes | str) -> Re
     selector = (query.get("labelSelector") or [""])[0]
     if selector and verb in ("list", "watch"):
         requirements = parse_label_requirements(selector)
-    return RequestAttributes(verb=verb, path=path, resource_request=True, group=group, version=version,
-                             namespace=namespace, resource=resource, subresource=subresource, name=name,
-                             label_requirements=requirements)
+    return RequestAttributes(
+        verb=verb,
+        path=path,
+        resource_request=True,
+        group=group,
+        version=version,
+        namespace=namespace,
+        resource=resource,
+        subresource=subresource,
+        name=name,
+        label_requirements=requirements,
+    )
 
 
 _KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"

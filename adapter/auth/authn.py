@@ -102,7 +102,7 @@ class Authenticator:
         for name, vals in values.items():
             for prefix in rh.extra_prefixes:
                 if name.startswith(prefix):
-                    key = unquote(name[len(prefix):].lower())
+                    key = unquote(name[len(prefix) :].lower())
                     extra.setdefault(key, []).extend(vals)
                     break
         return UserInfo.make(username, groups, extra, uid, "front-proxy")

@@ -198,7 +198,9 @@ class DynamicAuthnConfig:
             self.current = config
         log.info(
             "authentication configuration loaded (%s): client CA %s, front-proxy CA %s",
-            why, "set" if config.client_ca else "none", "set" if config.request_header else "none",
+            why,
+            "set" if config.client_ca else "none",
+            "set" if config.request_header else "none",
         )
         return True
 
@@ -215,7 +217,8 @@ class DynamicAuthnConfig:
                 if cm_data is None:
                     log.warning(
                         "ConfigMap %s/%s not found: no client CA / front-proxy configuration from the cluster",
-                        AUTH_CONFIGMAP_NAMESPACE, AUTH_CONFIGMAP_NAME,
+                        AUTH_CONFIGMAP_NAMESPACE,
+                        AUTH_CONFIGMAP_NAME,
                     )
             except KubeAPIError as exc:
                 if not self.tolerate_lookup_failure:
@@ -282,8 +285,13 @@ class DynamicAuthnConfig:
                 if time.monotonic() - started < 1.0 and self._stop.wait(1.0):
                     return
             except Exception as exc:  # noqa: BLE001
-                log.warning("watching %s/%s failed, retrying in %.0fs: %s",
-                            AUTH_CONFIGMAP_NAMESPACE, AUTH_CONFIGMAP_NAME, backoff, exc)
+                log.warning(
+                    "watching %s/%s failed, retrying in %.0fs: %s",
+                    AUTH_CONFIGMAP_NAMESPACE,
+                    AUTH_CONFIGMAP_NAME,
+                    backoff,
+                    exc,
+                )
                 if self._stop.wait(backoff):
                     return
                 backoff = min(backoff * 2, 30.0)

@@ -66,36 +66,74 @@ def add_auth_flags(parser: argparse.ArgumentParser, include_kubeconfig: bool = T
     """Delegated authentication/authorization flags.  Pass ``include_kubeconfig=False`` when the CLI
     already defines ``--kubeconfig`` (build_auth reads ``args.kubeconfig`` either way)."""
     authn = parser.add_argument_group("delegated authentication")
-    authn.add_argument("--authentication-kubeconfig", default=None,
-                       help="kubeconfig for TokenReview and the authentication ConfigMap")
+    authn.add_argument(
+        "--authentication-kubeconfig", default=None, help="kubeconfig for TokenReview and the authentication ConfigMap"
+    )
     if include_kubeconfig:
-        authn.add_argument("--kubeconfig", default=None,
-                           help="kubeconfig used when the authentication/authorization ones are not given")
-    authn.add_argument("--client-ca-file", default=None,
-                       help="CA bundle for direct client certificates (user = CN, groups = O)")
-    authn.add_argument("--requestheader-client-ca-file", default=None,
-                       help="CA bundle for the front-proxy (kube-aggregator) client certificate")
-    authn.add_argument("--requestheader-allowed-names", action=_CommaList, default=[],
-                       help="allowed front-proxy certificate CNs (comma-separated; empty = any)")
-    authn.add_argument("--requestheader-username-headers", action=_CommaList, default=[],
-                       help="user name headers (default X-Remote-User)")
-    authn.add_argument("--requestheader-group-headers", action=_CommaList, default=[],
-                       help="group headers (default X-Remote-Group)")
-    authn.add_argument("--requestheader-extra-headers-prefix", action=_CommaList, default=[],
-                       help="extra header prefixes (default X-Remote-Extra-)")
-    authn.add_argument("--requestheader-uid-headers", action=_CommaList, default=[],
-                       help="uid headers (default none)")
-    authn.add_argument("--authentication-tolerate-lookup-failure", type=_go_bool, nargs="?", const=True,
-                       default=False, help="start even if the authentication ConfigMap cannot be read")
-    authn.add_argument("--authentication-skip-lookup", type=_go_bool, nargs="?", const=True, default=False,
-                       help="do not read the authentication ConfigMap")
-    authn.add_argument("--token-auth-file", default=None,
-                       help="static tokens, CSV token,user,uid,\"group1,group2\" (works without a cluster)")
+        authn.add_argument(
+            "--kubeconfig",
+            default=None,
+            help="kubeconfig used when the authentication/authorization ones are not given",
+        )
+    authn.add_argument(
+        "--client-ca-file", default=None, help="CA bundle for direct client certificates (user = CN, groups = O)"
+    )
+    authn.add_argument(
+        "--requestheader-client-ca-file",
+        default=None,
+        help="CA bundle for the front-proxy (kube-aggregator) client certificate",
+    )
+    authn.add_argument(
+        "--requestheader-allowed-names",
+        action=_CommaList,
+        default=[],
+        help="allowed front-proxy certificate CNs (comma-separated; empty = any)",
+    )
+    authn.add_argument(
+        "--requestheader-username-headers",
+        action=_CommaList,
+        default=[],
+        help="user name headers (default X-Remote-User)",
+    )
+    authn.add_argument(
+        "--requestheader-group-headers", action=_CommaList, default=[], help="group headers (default X-Remote-Group)"
+    )
+    authn.add_argument(
+        "--requestheader-extra-headers-prefix",
+        action=_CommaList,
+        default=[],
+        help="extra header prefixes (default X-Remote-Extra-)",
+    )
+    authn.add_argument("--requestheader-uid-headers", action=_CommaList, default=[], help="uid headers (default none)")
+    authn.add_argument(
+        "--authentication-tolerate-lookup-failure",
+        type=_go_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="start even if the authentication ConfigMap cannot be read",
+    )
+    authn.add_argument(
+        "--authentication-skip-lookup",
+        type=_go_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="do not read the authentication ConfigMap",
+    )
+    authn.add_argument(
+        "--token-auth-file",
+        default=None,
+        help='static tokens, CSV token,user,uid,"group1,group2" (works without a cluster)',
+    )
     authz = parser.add_argument_group("delegated authorization")
     authz.add_argument("--authorization-kubeconfig", default=None, help="kubeconfig for SubjectAccessReview")
-    authz.add_argument("--authorization-always-allow-paths", action=_CommaList,
-                       default=list(DEFAULT_ALWAYS_ALLOW_PATHS),
-                       help="paths allowed without authorization (comma-separated; '*' suffix = prefix)")
+    authz.add_argument(
+        "--authorization-always-allow-paths",
+        action=_CommaList,
+        default=list(DEFAULT_ALWAYS_ALLOW_PATHS),
+        help="paths allowed without authorization (comma-separated; '*' suffix = prefix)",
+    )
 
 
 class AuthenticatedOnlyAuthorizer:
@@ -138,6 +176,7 @@ def build_auth(
     ``authn_api`` / ``authz_api`` override the Kubernetes clients (tests, embedding).  Raises
     AuthConfigError with a readable message for unusable files or an unreachable cluster.
     """
+
     def opt(name: str, default: Any = None) -> Any:
         return getattr(options, name, default)
 
@@ -185,12 +224,17 @@ def build_auth(
     if authz_api is not None:
         authorizer = DelegatingAuthorizer(authz_api, paths, clock=clock)
     elif authenticator.configured or config.uses_configmap:
-        log.warning("no authorization kubeconfig and not in a cluster: authenticated users are allowed "
-                    "everything, anonymous users only %s", ", ".join(paths))
+        log.warning(
+            "no authorization kubeconfig and not in a cluster: authenticated users are allowed "
+            "everything, anonymous users only %s",
+            ", ".join(paths),
+        )
         authorizer = AuthenticatedOnlyAuthorizer(paths)
     else:
-        log.warning("no authentication configured (no cluster, no --token-auth-file, no client CA): "
-                    "anonymous access is allowed to everything (local mode)")
+        log.warning(
+            "no authentication configured (no cluster, no --token-auth-file, no client CA): "
+            "anonymous access is allowed to everything (local mode)"
+        )
         authorizer = AlwaysAllowAuthorizer()
     if start_watchers:
         config.start()

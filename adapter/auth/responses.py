@@ -16,10 +16,17 @@ def _dump(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-UNAUTHORIZED_BODY = _dump({
-    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-    "message": "Unauthorized", "reason": "Unauthorized", "code": 401,
-})
+UNAUTHORIZED_BODY = _dump(
+    {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
+)
 
 
 def _go_quote(text: str) -> str:
@@ -35,11 +42,15 @@ def forbidden_message(user: UserInfo, attrs: RequestAttributes, reason: str) -> 
         return f"forbidden: User {name} cannot {attrs.verb} path {_go_quote(attrs.path)}{suffix}"
     resource = attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else "")
     if attrs.namespace:
-        detail = (f"User {name} cannot {attrs.verb} resource {_go_quote(resource)} in API group "
-                  f"{_go_quote(attrs.group)} in the namespace {_go_quote(attrs.namespace)}")
+        detail = (
+            f"User {name} cannot {attrs.verb} resource {_go_quote(resource)} in API group "
+            f"{_go_quote(attrs.group)} in the namespace {_go_quote(attrs.namespace)}"
+        )
     else:
-        detail = (f"User {name} cannot {attrs.verb} resource {_go_quote(resource)} in API group "
-                  f"{_go_quote(attrs.group)} at the cluster scope")
+        detail = (
+            f"User {name} cannot {attrs.verb} resource {_go_quote(resource)} in API group "
+            f"{_go_quote(attrs.group)} at the cluster scope"
+        )
     qualified = attrs.resource + (f".{attrs.group}" if attrs.group else "")
     if attrs.name:
         return f"{qualified} {_go_quote(attrs.name)} is forbidden: {detail}{suffix}"
@@ -55,11 +66,18 @@ def forbidden_body(user: UserInfo, attrs: RequestAttributes, reason: str) -> byt
             details["group"] = attrs.group
         if attrs.resource:
             details["kind"] = attrs.resource
-    return _dump({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": forbidden_message(user, attrs, reason), "reason": "Forbidden",
-        "details": details, "code": 403,
-    })
+    return _dump(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": forbidden_message(user, attrs, reason),
+            "reason": "Forbidden",
+            "details": details,
+            "code": 403,
+        }
+    )
 
 
 def internal_error_text(request_uri: str, error: str) -> bytes:
@@ -68,9 +86,11 @@ def internal_error_text(request_uri: str, error: str) -> bytes:
 
 
 async def send_response(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [*headers, (b"content-length", str(len(body)).encode())],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

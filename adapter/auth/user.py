@@ -37,11 +37,7 @@ class UserInfo:
 
     def with_authenticated_group(self) -> UserInfo:
         """group.AuthenticatedGroupAdder: add system:authenticated unless anonymous or already there."""
-        if (
-            self.name == ANONYMOUS_USER
-            or AUTHENTICATED_GROUP in self.groups
-            or UNAUTHENTICATED_GROUP in self.groups
-        ):
+        if self.name == ANONYMOUS_USER or AUTHENTICATED_GROUP in self.groups or UNAUTHENTICATED_GROUP in self.groups:
             return self
         return UserInfo(self.name, (*self.groups, AUTHENTICATED_GROUP), self.extra, self.uid, self.method)
 

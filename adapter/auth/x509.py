@@ -104,9 +104,7 @@ class CABundle:
     def verify(self, leaf: x509.Certificate) -> CertIdentity:
         """Raise CertificateError unless ``leaf`` chains to this bundle with client-auth usage."""
         if not _has_client_auth_usage(leaf):
-            raise CertificateError(
-                "x509: certificate specifies an incompatible key usage (clientAuth required)"
-            )
+            raise CertificateError("x509: certificate specifies an incompatible key usage (clientAuth required)")
         try:
             self._verifier().verify(leaf, [])
         except VerificationError as exc:

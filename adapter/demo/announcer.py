@@ -27,8 +27,14 @@ DEFAULT_DURATION = 60
 DEFAULT_OFFSET = 60
 
 
-def batches(now: float, period: int = DEFAULT_PERIOD, duration: int = DEFAULT_DURATION, offset: int = DEFAULT_OFFSET,
-            horizon: int = 1800, history: int = 600) -> list[dict[str, Any]]:
+def batches(
+    now: float,
+    period: int = DEFAULT_PERIOD,
+    duration: int = DEFAULT_DURATION,
+    offset: int = DEFAULT_OFFSET,
+    horizon: int = 1800,
+    history: int = 600,
+) -> list[dict[str, Any]]:
     """Deterministic batches: every `period` s, starting `offset` s into the period, for `duration` s."""
     items = []
     first = int((now - history) // period)
@@ -36,13 +42,20 @@ def batches(now: float, period: int = DEFAULT_PERIOD, duration: int = DEFAULT_DU
     for k in range(first, last + 1):
         start = k * period + offset
         if now - history <= start <= now + horizon:
-            items.append({"id": f"batch-{k}", "start": start, "end": start + duration,
-                          "values": {"scheduledMessage": 20 + (k % 4) * 15}})
+            items.append(
+                {
+                    "id": f"batch-{k}",
+                    "start": start,
+                    "end": start + duration,
+                    "values": {"scheduledMessage": 20 + (k % 4) * 15},
+                }
+            )
     return items
 
 
-def make_handler(clock: Callable[[], float] = time.time, period: int = DEFAULT_PERIOD,
-                 duration: int = DEFAULT_DURATION) -> type[BaseHTTPRequestHandler]:
+def make_handler(
+    clock: Callable[[], float] = time.time, period: int = DEFAULT_PERIOD, duration: int = DEFAULT_DURATION
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if not self.path.split("?")[0].endswith("/metrics"):
@@ -63,10 +76,12 @@ def make_handler(clock: Callable[[], float] = time.time, period: int = DEFAULT_P
 
 def add_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "demo-announcer", help="serve demo announcements of future load (the local demo of make run)",
+        "demo-announcer",
+        help="serve demo announcements of future load (the local demo of make run)",
         description="Serve the seed's announcement JSON on http://BIND:PORT/<anything>/metrics: a batch of "
-                    "scheduledMessage every --period seconds lasting --duration seconds, announced 30 minutes "
-                    "ahead. examples/local/announcer-vme.yaml reads it.")
+        "scheduledMessage every --period seconds lasting --duration seconds, announced 30 minutes "
+        "ahead. examples/local/announcer-vme.yaml reads it.",
+    )
     parser.add_argument("--port", type=int, default=8099, help="TCP port to listen on (0 = pick a free one)")
     parser.add_argument("--bind-address", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--period", type=int, default=DEFAULT_PERIOD, help="seconds between batch starts")
@@ -76,15 +91,20 @@ def add_parsers(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.period <= 0 or not 0 < args.duration < args.period:
-        print(f"prescaler demo-announcer: need 0 < --duration < --period, got {args.duration} and {args.period}",
-              file=sys.stderr)
+        print(
+            f"prescaler demo-announcer: need 0 < --duration < --period, got {args.duration} and {args.period}",
+            file=sys.stderr,
+        )
         return 2
     try:
-        server = ThreadingHTTPServer((args.bind_address, args.port),
-                                     make_handler(period=args.period, duration=args.duration))
+        server = ThreadingHTTPServer(
+            (args.bind_address, args.port), make_handler(period=args.period, duration=args.duration)
+        )
     except OSError as exc:
-        print(f"prescaler demo-announcer: cannot listen on {args.bind_address}:{args.port}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"prescaler demo-announcer: cannot listen on {args.bind_address}:{args.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
     print(f"demo announcer on http://{args.bind_address}:{server.server_address[1]}/service-a/metrics", flush=True)
     try:

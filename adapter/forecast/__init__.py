@@ -21,46 +21,63 @@ MODELS = ("seasonalNaive", "holtWinters", "harmonic", "auto", "lastValue")
 
 @dataclass(frozen=True)
 class ForecastResult:
-    forecast: np.ndarray   # shape (horizon,)
+    forecast: np.ndarray  # shape (horizon,)
     lower: np.ndarray
     upper: np.ndarray
-    model: str             # model actually used, e.g. "holtWinters"
-    season: float | None   # season used, in seconds (None = no seasonality)
-    note: str              # e.g. "history shorter than 2 weeks: used daily season"
+    model: str  # model actually used, e.g. "holtWinters"
+    season: float | None  # season used, in seconds (None = no seasonality)
+    note: str  # e.g. "history shorter than 2 weeks: used daily season"
 
 
-def fit_predict(values: np.ndarray, step: float, horizon: int, model: str = "auto",
-                season: float | None = None, quantile: float = 0.9) -> ForecastResult:
+def fit_predict(
+    values: np.ndarray,
+    step: float,
+    horizon: int,
+    model: str = "auto",
+    season: float | None = None,
+    quantile: float = 0.9,
+) -> ForecastResult:
     """Forecast `horizon` steps after the last value of one equally spaced history (NaN = gap)."""
     arr = np.asarray(values, dtype=float) if not isinstance(values, np.ndarray) else values
     if np.ndim(arr) != 1:
-        raise ValueError(f"fit_predict takes one series (1-D), got shape {np.shape(arr)}; "
-                         "use fit_predict_many for several")
+        raise ValueError(
+            f"fit_predict takes one series (1-D), got shape {np.shape(arr)}; use fit_predict_many for several"
+        )
     return fit_predict_many(arr[None, :], step, horizon, model, season, quantile)[0]
 
 
-def fit_predict_many(values: np.ndarray, step: float, horizon: int, model: str = "auto",
-                     season: float | None = None, quantile: float = 0.9) -> list[ForecastResult]:
+def fit_predict_many(
+    values: np.ndarray,
+    step: float,
+    horizon: int,
+    model: str = "auto",
+    season: float | None = None,
+    quantile: float = 0.9,
+) -> list[ForecastResult]:
     """Forecast every row of `values` (n_series, n_steps); all rows share step and length."""
     if model not in MODELS:
         raise ValueError(f"unknown forecast model {model!r}: expected one of {', '.join(MODELS)}")
-    if season is not None and (not isinstance(season, (int, float)) or not np.isfinite(season)
-                               or season <= 0):
+    if season is not None and (not isinstance(season, (int, float)) or not np.isfinite(season) or season <= 0):
         raise ValueError(f"season must be a positive number of seconds, got {season!r}")
     arr = validate(values, step, horizon, quantile)
     results = []
     # Chunks bound the memory of the backtest arrays (candidates x series x origins x steps)
     # while keeping the numpy calls big enough to amortise their overhead.
     for lo in range(0, arr.shape[0], SERIES_PER_CHUNK):
-        prep = fill_gaps(arr[lo: lo + SERIES_PER_CHUNK], step)
+        prep = fill_gaps(arr[lo : lo + SERIES_PER_CHUNK], step)
         out = engine.run(prep, int(horizon), model, season, float(quantile))
         for i in range(prep.filled.shape[0]):
             season_used = out.season[i]
-            results.append(ForecastResult(
-                forecast=out.forecast[i].copy(), lower=out.lower[i].copy(),
-                upper=out.upper[i].copy(), model=out.model[i],
-                season=None if season_used is None else season_used * float(step),
-                note=out.note[i]))
+            results.append(
+                ForecastResult(
+                    forecast=out.forecast[i].copy(),
+                    lower=out.lower[i].copy(),
+                    upper=out.upper[i].copy(),
+                    model=out.model[i],
+                    season=None if season_used is None else season_used * float(step),
+                    note=out.note[i],
+                )
+            )
     return results
 
 

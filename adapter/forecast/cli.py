@@ -23,34 +23,50 @@ EXIT_BAD_INPUT = 2
 
 def add_parsers(subparsers: Any) -> None:
     fc = subparsers.add_parser(
-        "forecast", help="forecast a timestamp,value CSV",
+        "forecast",
+        help="forecast a timestamp,value CSV",
         description="Read a timestamp,value CSV history and print timestamp,forecast,lower,upper "
-                    "for the steps after its last timestamp, at the history's step.")
+        "for the steps after its last timestamp, at the history's step.",
+    )
     fc.add_argument("--history", required=True, metavar="FILE.csv", help="timestamp,value CSV")
     fc.add_argument("--horizon", required=True, metavar="DURATION", help="how far ahead to forecast, e.g. 15m")
     fc.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)}")
-    fc.add_argument("--season", default=None, metavar="DURATION",
-                    help="season length, e.g. 24h or 168h (default: detected from the history)")
-    fc.add_argument("--quantile", default="0.9", metavar="Q",
-                    help="upper bound quantile in (0.5, 1); lower is 1-Q")
+    fc.add_argument(
+        "--season",
+        default=None,
+        metavar="DURATION",
+        help="season length, e.g. 24h or 168h (default: detected from the history)",
+    )
+    fc.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile in (0.5, 1); lower is 1-Q")
     fc.set_defaults(func=run_forecast)
 
     bt = subparsers.add_parser(
-        "backtest", help="rolling-origin backtest of a model on a timestamp,value CSV",
+        "backtest",
+        help="rolling-origin backtest of a model on a timestamp,value CSV",
         description="Rolling origins over the last week of the trace; prints MASE, MAE and "
-                    "interval coverage of the model next to seasonal naive.")
+        "interval coverage of the model next to seasonal naive.",
+    )
     bt.add_argument("--history", metavar="FILE.csv", help="timestamp,value CSV (required)")
     # The flag was called --trace before it took the name forecast uses; kept for existing scripts.
     bt.add_argument("--trace", dest="history", help=argparse.SUPPRESS)
     bt.add_argument("--horizon", required=True, metavar="DURATION", help="how far ahead to forecast, e.g. 15m")
     bt.add_argument("--model", default="auto", help=f"one of {', '.join(MODELS)}")
-    bt.add_argument("--season", default=None, metavar="DURATION",
-                    help="season length, e.g. 24h or 168h (default: detected from the history)")
+    bt.add_argument(
+        "--season",
+        default=None,
+        metavar="DURATION",
+        help="season length, e.g. 24h or 168h (default: detected from the history)",
+    )
     bt.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile in (0.5, 1); lower is 1-Q")
     bt.add_argument("--origins", default="48", metavar="N", help="number of rolling origins (>= 1)")
-    bt.add_argument("--regressor", action="append", default=[], metavar="NAME=FILE.csv",
-                    help="an announced series (timestamp,value CSV; 0 where nothing was announced) whose "
-                         "effect per unit is fitted and shown; repeatable")
+    bt.add_argument(
+        "--regressor",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.csv",
+        help="an announced series (timestamp,value CSV; 0 where nothing was announced) whose "
+        "effect per unit is fitted and shown; repeatable",
+    )
     bt.set_defaults(func=run_backtest)
 
 
@@ -58,8 +74,7 @@ class _BadInput(Exception):
     pass
 
 
-def _common(args: argparse.Namespace, path: str) -> tuple[np.ndarray, np.ndarray, float, int,
-                                                          float | None, float]:
+def _common(args: argparse.Namespace, path: str) -> tuple[np.ndarray, np.ndarray, float, int, float | None, float]:
     if args.model not in MODELS:
         raise _BadInput(f"unknown model {args.model!r}: expected one of {', '.join(MODELS)}")
     try:
@@ -99,8 +114,9 @@ def run_forecast(args: argparse.Namespace) -> int:
         print(f"prescaler forecast: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     season_txt = "none" if result.season is None else f"{result.season:g}s"
-    print(f"# model={result.model} season={season_txt}" + (f" note={result.note}" if result.note else ""),
-          file=sys.stderr)
+    print(
+        f"# model={result.model} season={season_txt}" + (f" note={result.note}" if result.note else ""), file=sys.stderr
+    )
     out = sys.stdout
     out.write("timestamp,forecast,lower,upper\n")
     future = timestamps[-1] + step * np.arange(1, horizon + 1)
@@ -120,14 +136,18 @@ def run_backtest(args: argparse.Namespace) -> int:
             raise _BadInput(f"--origins {args.origins!r} is not an integer") from None
         if count < 1:
             raise _BadInput("--origins must be >= 1")
-        origins = pick_origins(len(values), step, horizon, count=count,
-                               min_history=max(2, min(len(values) // 2, len(values) - horizon - 1)))
+        origins = pick_origins(
+            len(values),
+            step,
+            horizon,
+            count=count,
+            min_history=max(2, min(len(values) // 2, len(values) - horizon - 1)),
+        )
         rows = [score(values, step, horizon, args.model, origins, season, quantile)]
         effects = None
         if args.regressor:
             names, events = _regressors(args.regressor, timestamps, step)
-            fused, effects = score_fused(values, events, names, step, horizon, args.model, origins, season,
-                                         quantile)
+            fused, effects = score_fused(values, events, names, step, horizon, args.model, origins, season, quantile)
             rows.insert(0, fused)
         if args.model != "seasonalNaive":
             rows.append(score(values, step, horizon, "seasonalNaive", origins, season, quantile))
@@ -136,8 +156,7 @@ def run_backtest(args: argparse.Namespace) -> int:
     except (_BadInput, ValueError) as exc:
         print(f"prescaler backtest: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"# {args.history}: step {step:g}s, horizon {horizon} step(s), {len(origins)} origins, "
-          f"quantile {quantile:g}")
+    print(f"# {args.history}: step {step:g}s, horizon {horizon} step(s), {len(origins)} origins, quantile {quantile:g}")
     print("model,mase,mae,coverage_upper,coverage_interval,used")
     for r in rows:
         used = " ".join(f"{k}:{v}" for k, v in sorted(r.chosen.items()))

@@ -29,10 +29,10 @@ HW_MAX_SEASON = 10080
 
 @dataclass(frozen=True)
 class Candidate:
-    name: str            # public model name reported to the caller
-    label: str           # distinguishing detail, e.g. "k=10" (for notes and the bench)
-    season: int | None   # season in steps
-    need: int            # history points needed before the first origin
+    name: str  # public model name reported to the caller
+    label: str  # distinguishing detail, e.g. "k=10" (for notes and the bench)
+    season: int | None  # season in steps
+    need: int  # history points needed before the first origin
     run: Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
 
@@ -57,8 +57,7 @@ LEVEL_WINDOWS = (3, 10, 30)  # points averaged by the recent-level candidates
 def persistence_candidates(horizon: int) -> list[Candidate]:
     out = [Candidate("lastValue", "", None, 1, simple.last_value)]
     for k in LEVEL_WINDOWS:
-        out.append(Candidate("recentLevel", f"k={k}", None, k,
-                             partial(simple.recent_mean, k=k)))
+        out.append(Candidate("recentLevel", f"k={k}", None, k, partial(simple.recent_mean, k=k)))
     return out
 
 
@@ -74,9 +73,15 @@ def seasonal_level_candidates(m: int, horizon: int, history: int) -> list[Candid
             need = simple.seasonal_level_history(m, seasons, smooth, horizon, k)
             if need > history:
                 continue
-            out.append(Candidate(
-                "seasonalLevel", f"seasons={seasons},k={k}", m, need,
-                partial(simple.seasonal_level, m=m, seasons=seasons, smooth=smooth, k=k)))
+            out.append(
+                Candidate(
+                    "seasonalLevel",
+                    f"seasons={seasons},k={k}",
+                    m,
+                    need,
+                    partial(simple.seasonal_level, m=m, seasons=seasons, smooth=smooth, k=k),
+                )
+            )
     return out
 
 
@@ -85,8 +90,7 @@ def _holt_winters_forecasts(y: np.ndarray, origins: np.ndarray, horizon: int, m:
 
 
 def holt_winters_candidate(m: int) -> Candidate:
-    return Candidate("holtWinters", "", m, m + 1,
-                     partial(_holt_winters_forecasts, m=m))
+    return Candidate("holtWinters", "", m, m + 1, partial(_holt_winters_forecasts, m=m))
 
 
 def harmonic_candidate(m: int, history: int, step: float) -> Candidate | None:
@@ -96,8 +100,9 @@ def harmonic_candidate(m: int, history: int, step: float) -> Candidate | None:
         return None
     window = seasons * m
     k = max(3, round(m / 96))
-    return Candidate("harmonic", f"window={seasons}x", m, window,
-                     partial(harmonic_mod.harmonic, window=window, season=m, level_k=k))
+    return Candidate(
+        "harmonic", f"window={seasons}x", m, window, partial(harmonic_mod.harmonic, window=window, season=m, level_k=k)
+    )
 
 
 def make_origins(n_steps: int, horizon: int, span: int, need: int) -> np.ndarray:
@@ -110,8 +115,9 @@ def make_origins(n_steps: int, horizon: int, span: int, need: int) -> np.ndarray
     return np.unique(np.linspace(first, last, count).round().astype(int))
 
 
-def candidates_for(model: str, prep: Prepared, horizon: int, season: float | None,
-                   span: int) -> tuple[list[Candidate], str]:
+def candidates_for(
+    model: str, prep: Prepared, horizon: int, season: float | None, span: int
+) -> tuple[list[Candidate], str]:
     """The candidate set for `model`, and a note about season fallbacks."""
     n_steps = prep.filled.shape[1]
     history = max(0, n_steps - 1 - span)  # points available before the first backtest origin
@@ -126,8 +132,9 @@ def candidates_for(model: str, prep: Prepared, horizon: int, season: float | Non
         else:
             note = _auto_season_note(seasons, prep.step, n_steps)
         # Sub-daily periods found in the data (an hourly job): seasonal naive and seasonal level.
-        seasons = seasons + sorted({m for m in prep.short_season if m is not None and m > horizon // 4
-                                    and m not in seasons})
+        seasons = seasons + sorted(
+            {m for m in prep.short_season if m is not None and m > horizon // 4 and m not in seasons}
+        )
         for m in seasons:
             if m <= history:
                 cands.append(seasonal_naive_candidate(m))
@@ -142,8 +149,7 @@ def candidates_for(model: str, prep: Prepared, horizon: int, season: float | Non
     m, note = choose_season(prep, horizon, season)
     if m is None:
         k = max(1, min(10, n_steps // 4))
-        return [Candidate("recentLevel", f"k={k}", None, k,
-                          partial(simple.recent_mean, k=k))], note
+        return [Candidate("recentLevel", f"k={k}", None, k, partial(simple.recent_mean, k=k))], note
     if model == "seasonalNaive":
         return [seasonal_naive_candidate(m)], note
     if model == "holtWinters":
@@ -179,16 +185,16 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
     all_origins = np.append(origins, n_steps - 1).astype(int)
 
     forecasts = np.stack([c.run(y, all_origins, horizon) for c in cands])  # (C, n, O+1, H)
-    final = forecasts[:, :, -1, :]                                        # (C, n, H)
-    back = forecasts[:, :, :-1, :]                                        # (C, n, O, H)
+    final = forecasts[:, :, -1, :]  # (C, n, H)
+    back = forecasts[:, :, :-1, :]  # (C, n, O, H)
 
     if len(origins) == 0:
         return _without_backtest(prep, final[0], cands[0], horizon, quantile, note)
 
     idx = simple.targets(origins, horizon)
-    actual = prep.raw[:, idx]              # (n, O, H): scored against what really happened
+    actual = prep.raw[:, idx]  # (n, O, H): scored against what really happened
     weight = prep.observed[:, idx].astype(float)
-    resid = actual[None] - back            # (C, n, O, H)
+    resid = actual[None] - back  # (C, n, O, H)
     denom = np.maximum(weight.sum(axis=1), 1.0)  # (n, H)
     mae = (np.abs(resid) * weight[None]).sum(axis=2) / denom[None]  # (C, n, H)
 
@@ -196,17 +202,16 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
     seasons_of = [c.season for c in cands]
     sel_weight = weight * _recency(origins, span)[None, :, None]
     if len(cands) > 1:
-        final, resid, mae, names, seasons_of = _add_blends(final, back, actual, weight, resid, mae,
-                                                           names, seasons_of)
+        final, resid, mae, names, seasons_of = _add_blends(final, back, actual, weight, resid, mae, names, seasons_of)
     sel_denom = np.maximum(sel_weight.sum(axis=1), 1e-12)
     sel_mae = (np.abs(resid) * sel_weight[None]).sum(axis=2) / sel_denom[None]
     sel_mae = _pool_steps(sel_mae)
     choice = np.argmin(sel_mae, axis=0)  # (n, H)
     rows = np.arange(n)[:, None]
     cols = np.arange(horizon)[None, :]
-    point = final[choice, rows, cols]                          # (n, H)
-    chosen_resid = resid[choice, rows, :, cols]                # (n, H, O)
-    chosen_weight = np.transpose(weight, (0, 2, 1))           # (n, H, O)
+    point = final[choice, rows, cols]  # (n, H)
+    chosen_resid = resid[choice, rows, :, cols]  # (n, H, O)
+    chosen_weight = np.transpose(weight, (0, 2, 1))  # (n, H, O)
     scale_back, scale_now = _volatility(y, origins), _volatility(y, all_origins[-1:])
     # Quantiles of residuals in units of the volatility at their origin, times today's volatility.
     norm = chosen_resid / scale_back[:, None, :]
@@ -228,9 +233,16 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
     return Outcome(point, lower, upper, models, seasons_out, notes)
 
 
-def _add_blends(final: np.ndarray, back: np.ndarray, actual: np.ndarray, weight: np.ndarray, resid: np.ndarray,
-                mae: np.ndarray, names: list[str], seasons_of: list[int | None]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[int | None]]:
+def _add_blends(
+    final: np.ndarray,
+    back: np.ndarray,
+    actual: np.ndarray,
+    weight: np.ndarray,
+    resid: np.ndarray,
+    mae: np.ndarray,
+    names: list[str],
+    seasons_of: list[int | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[int | None]]:
     """Add blends of the candidates (kinds in BLENDS).
 
     Averaging forecasters that err differently (persistence lags, seasonal profiles misjudge the
@@ -269,17 +281,16 @@ def _add_blends(final: np.ndarray, back: np.ndarray, actual: np.ndarray, weight:
     er = actual[None] - eb
     denom = np.maximum(weight.sum(axis=1), 1.0)
     emae = (np.abs(er) * weight[None]).sum(axis=2) / denom[None]
-    return (np.concatenate([final, ef]), np.concatenate([resid, er]),
-            np.concatenate([mae, emae]), names, seasons_of)
+    return (np.concatenate([final, ef]), np.concatenate([resid, er]), np.concatenate([mae, emae]), names, seasons_of)
 
 
 # Choice of `auto`, tuned with bench/forecast.py on the shared traces (15-minute horizon):
 RECENCY_HALF_LIFE = 0.25  # fraction of the backtest span after which an origin's weight halves
 BLENDS = ("top2", "top3", "good")
 # Prediction interval:
-VOLATILITY_WINDOW = 30    # points before an origin whose mean |change| scales its residual
-VOLATILITY_MIX = 0.5      # share of that local volatility (the rest: whole-history volatility)
-QUANTILE_WIDENING = 0.3   # 0.9 -> 0.93: makes up for picking the best backtest (optimism)
+VOLATILITY_WINDOW = 30  # points before an origin whose mean |change| scales its residual
+VOLATILITY_MIX = 0.5  # share of that local volatility (the rest: whole-history volatility)
+QUANTILE_WIDENING = 0.3  # 0.9 -> 0.93: makes up for picking the best backtest (optimism)
 
 
 def _pool_steps(mae: np.ndarray) -> np.ndarray:
@@ -309,8 +320,11 @@ def _volatility(y: np.ndarray, origins: np.ndarray) -> np.ndarray:
     w = VOLATILITY_WINDOW
     # whole-history mean |one-step change|, from every 7th pair of neighbours (cheap, unbiased)
     ends = y.shape[1] - 1
-    overall = (np.abs(y[:, 1:ends + 1:7] - y[:, 0:ends:7]).mean(axis=1, keepdims=True)
-               if ends > 0 else np.zeros((y.shape[0], 1)))
+    overall = (
+        np.abs(y[:, 1 : ends + 1 : 7] - y[:, 0:ends:7]).mean(axis=1, keepdims=True)
+        if ends > 0
+        else np.zeros((y.shape[0], 1))
+    )
     # Only the stretch the origins look at is differenced in full (the history can be long).
     start = max(int(origins.min()) - w - 1, 0)
     y = y[:, start:]
@@ -326,8 +340,7 @@ def _volatility(y: np.ndarray, origins: np.ndarray) -> np.ndarray:
     return np.where(vol > 0, vol, 1.0)
 
 
-def _residual_quantiles(resid: np.ndarray, weight: np.ndarray,
-                        quantile: float) -> tuple[np.ndarray, np.ndarray]:
+def _residual_quantiles(resid: np.ndarray, weight: np.ndarray, quantile: float) -> tuple[np.ndarray, np.ndarray]:
     """Per series and step: the `quantile` and `1-quantile` of observed backtest residuals."""
     valid = weight > 0
     hi = masked_quantile(resid, valid, quantile)
@@ -352,8 +365,9 @@ def masked_quantile(x: np.ndarray, valid: np.ndarray, q: float) -> np.ndarray:
     return np.where(count > 0, np.nan_to_num(out, posinf=0.0, neginf=0.0), 0.0)
 
 
-def _without_backtest(prep: Prepared, point: np.ndarray, cand: Candidate, horizon: int,
-                      quantile: float, note: str) -> Outcome:
+def _without_backtest(
+    prep: Prepared, point: np.ndarray, cand: Candidate, horizon: int, quantile: float, note: str
+) -> Outcome:
     """Too short to backtest: intervals from the spread of h-step changes in the history."""
     y = prep.filled
     n, n_steps = y.shape
@@ -370,8 +384,9 @@ def _without_backtest(prep: Prepared, point: np.ndarray, cand: Candidate, horizo
     return Outcome(point, lower, upper, [cand.name] * n, [cand.season] * n, [full] * n)
 
 
-def _clip_nonnegative(prep: Prepared, point: np.ndarray, lower: np.ndarray,
-                      upper: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clip_nonnegative(
+    prep: Prepared, point: np.ndarray, lower: np.ndarray, upper: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A series that was never negative (rates, counts, CPU) is not forecast negative."""
     floor = np.where(prep.nonnegative[:, None], 0.0, -np.inf)
     return np.maximum(point, floor), np.maximum(lower, floor), np.maximum(upper, floor)

@@ -22,19 +22,19 @@ class Scores:
     model: str
     mae: float
     mase: float
-    coverage: float      # share of actual values <= upper
-    within: float        # share of actual values within [lower, upper]
+    coverage: float  # share of actual values <= upper
+    within: float  # share of actual values within [lower, upper]
     chosen: dict[str, int]  # model actually used -> count of origins
 
 
-def pick_origins(n_steps: int, step: float, horizon: int, count: int = 48,
-                 span_seconds: float = WEEK, min_history: int = 1) -> np.ndarray:
+def pick_origins(
+    n_steps: int, step: float, horizon: int, count: int = 48, span_seconds: float = WEEK, min_history: int = 1
+) -> np.ndarray:
     """`count` origins spread evenly over the last `span_seconds` (each with its actual known)."""
     last = n_steps - 1 - horizon
     first = max(min_history, last - int(span_seconds / step))
     if last < first:
-        raise ValueError(f"series too short to backtest: {n_steps} points, need at least "
-                         f"{min_history + horizon + 1}")
+        raise ValueError(f"series too short to backtest: {n_steps} points, need at least {min_history + horizon + 1}")
     count = max(1, min(count, last - first + 1))
     return np.unique(np.linspace(first, last, count).round().astype(int))
 
@@ -57,15 +57,23 @@ def mase_scale(values: np.ndarray, step: float, end: int) -> float:
     return scale if scale > 0 else 1.0
 
 
-def score(values: np.ndarray, step: float, horizon: int, model: str, origins: np.ndarray,
-          season: float | None = None, quantile: float = 0.9) -> Scores:
+def score(
+    values: np.ndarray,
+    step: float,
+    horizon: int,
+    model: str,
+    origins: np.ndarray,
+    season: float | None = None,
+    quantile: float = 0.9,
+) -> Scores:
     batch = window_batch(values, origins, step)
     results = fit_predict_many(batch, step, horizon, model=model, season=season, quantile=quantile)
     return scores_from(values, step, horizon, model, origins, results)
 
 
-def scores_from(values: np.ndarray, step: float, horizon: int, model: str, origins: np.ndarray,
-                results: list) -> Scores:
+def scores_from(
+    values: np.ndarray, step: float, horizon: int, model: str, origins: np.ndarray, results: list
+) -> Scores:
     actual = values[origins + horizon]
     point = np.array([r.forecast[-1] for r in results])
     upper = np.array([r.upper[-1] for r in results])
@@ -76,15 +84,27 @@ def scores_from(values: np.ndarray, step: float, horizon: int, model: str, origi
     chosen: dict[str, int] = {}
     for r in results:
         chosen[r.model] = chosen.get(r.model, 0) + 1
-    return Scores(model=model, mae=float(err.mean()), mase=float(err.mean() / scale),
-                  coverage=float(np.mean(actual[ok] <= upper[ok])),
-                  within=float(np.mean((actual[ok] <= upper[ok]) & (actual[ok] >= lower[ok]))),
-                  chosen=chosen)
+    return Scores(
+        model=model,
+        mae=float(err.mean()),
+        mase=float(err.mean() / scale),
+        coverage=float(np.mean(actual[ok] <= upper[ok])),
+        within=float(np.mean((actual[ok] <= upper[ok]) & (actual[ok] >= lower[ok]))),
+        chosen=chosen,
+    )
 
 
-def score_fused(values: np.ndarray, events: np.ndarray, names: list[str], step: float, horizon: int,
-                model: str, origins: np.ndarray, season: float | None = None,
-                quantile: float = 0.9) -> tuple[Scores, object]:
+def score_fused(
+    values: np.ndarray,
+    events: np.ndarray,
+    names: list[str],
+    step: float,
+    horizon: int,
+    model: str,
+    origins: np.ndarray,
+    season: float | None = None,
+    quantile: float = 0.9,
+) -> tuple[Scores, object]:
     """`score` with announced regressors (T, k): at each origin the effects are fitted on that
     origin's window only, the announced values of the next `horizon` steps are known (announced
     ahead). Returns the scores and the effects fitted at the last origin."""
@@ -94,16 +114,23 @@ def score_fused(values: np.ndarray, events: np.ndarray, names: list[str], step: 
     length = batch.shape[1]
     cleaned, effects_of, futures = [], [], []
     for row, origin in zip(batch, origins):
-        x = events[origin - length + 1: origin + 1]
+        x = events[origin - length + 1 : origin + 1]
         effects = fit_effects(row, x, names)
         cleaned.append(remove_effects(row, x, effects))
         effects_of.append(effects)
-        futures.append(events[origin + 1: origin + 1 + horizon])
+        futures.append(events[origin + 1 : origin + 1 + horizon])
     base = fit_predict_many(np.stack(cleaned), step, horizon, model=model, season=season, quantile=quantile)
     fused = []
     for res, effects, future in zip(base, effects_of, futures):
-        f, lo, up = add_effects(res.forecast, res.lower, res.upper, future, effects, quantile,
-                                bool(np.all(values[np.isfinite(values)] >= 0)))
+        f, lo, up = add_effects(
+            res.forecast,
+            res.lower,
+            res.upper,
+            future,
+            effects,
+            quantile,
+            bool(np.all(values[np.isfinite(values)] >= 0)),
+        )
         fused.append(_Fused(f, lo, up, res.model))
     return scores_from(values, step, horizon, f"{model}+regressors", origins, fused), effects_of[-1]
 

@@ -20,19 +20,30 @@ from .simple import targets
 TOP_FREQUENCIES = 16
 
 
-def harmonic(y: np.ndarray, origins: np.ndarray, horizon: int, window: int, season: int,
-             level_k: int, refit_last: bool = True, top: int = TOP_FREQUENCIES) -> np.ndarray:
+def harmonic(
+    y: np.ndarray,
+    origins: np.ndarray,
+    horizon: int,
+    window: int,
+    season: int,
+    level_k: int,
+    refit_last: bool = True,
+    top: int = TOP_FREQUENCIES,
+) -> np.ndarray:
     """Forecasts (n, n_origins, H). `window` (a whole number of `season`s) points are fitted.
 
     Backtest origins (all but the last) share one fit ending at origins[0]; the last origin gets
     a fit of its own when refit_last, so the live forecast uses the newest data.
     """
     out = np.empty((y.shape[0], len(origins), horizon))
-    groups = [(origins[:-1], int(origins[0])), (origins[-1:], int(origins[-1]))] if refit_last \
-        and len(origins) > 1 else [(origins, int(origins[0]))]
+    groups = (
+        [(origins[:-1], int(origins[0])), (origins[-1:], int(origins[-1]))]
+        if refit_last and len(origins) > 1
+        else [(origins, int(origins[0]))]
+    )
     for group, fit_origin in groups:
         start = fit_origin + 1 - window
-        periodic, slope = _periodic_fit(y[:, start: fit_origin + 1], season, top)
+        periodic, slope = _periodic_fit(y[:, start : fit_origin + 1], season, top)
         recent = group[:, None] - np.arange(level_k)[None, :]  # the last level_k points
         level = (y[:, recent] - _signal_at(periodic, slope, start, recent)).mean(axis=2)
         flat = _signal_at(periodic, slope, start, targets(group, horizon))

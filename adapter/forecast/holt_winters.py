@@ -42,8 +42,9 @@ def history_needed(m: int) -> int:
     return 2 * m
 
 
-def holt_winters(y: np.ndarray, origins: np.ndarray, horizon: int, m: int,
-                 fit_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def holt_winters(
+    y: np.ndarray, origins: np.ndarray, horizon: int, m: int, fit_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Forecasts (n, n_origins, H) from each origin, and the chosen parameters (n, 4)."""
     n = y.shape[0]
     per_series = m * len(GRID)
@@ -67,28 +68,35 @@ def grid_for(m: int, fit_len: int) -> np.ndarray:
     return GRID[GRID[:, 3] == GAMMAS[0]]
 
 
-def _run(y: np.ndarray, origins: np.ndarray, horizon: int, m: int,
-         fit_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _run(y: np.ndarray, origins: np.ndarray, horizon: int, m: int, fit_steps: int) -> tuple[np.ndarray, np.ndarray]:
     n = y.shape[0]
     first_origin = int(origins[0])
     t0 = max(min(history_needed(m), first_origin), first_origin - fit_steps, m)
     level, trend, season = _initial_state(y, t0, m)
     target_h = min(horizon, m)  # beyond one season the same seasonal slot repeats
     if first_origin - t0 > target_h + 10:
-        params, level, trend, season = _fit_grid(y, t0, first_origin, m, target_h,
-                                                 level, trend, season)
+        params, level, trend, season = _fit_grid(y, t0, first_origin, m, target_h, level, trend, season)
         start = first_origin + 1  # the fitted states already include first_origin
     else:
         params = np.repeat(DEFAULT[None, :], n, axis=0)
         start = t0
     if n == 1:
-        return _run_on_scalar(y[0], origins, horizon, m, params[0], float(level[0]),
-                              float(trend[0]), season[:, 0], start), params
+        return _run_on_scalar(
+            y[0], origins, horizon, m, params[0], float(level[0]), float(trend[0]), season[:, 0], start
+        ), params
     return _run_on(y, origins, horizon, m, params, level, trend, season, start), params
 
 
-def _fit_grid(y: np.ndarray, t0: int, first_origin: int, m: int, target_h: int, level: np.ndarray,
-              trend: np.ndarray, season: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _fit_grid(
+    y: np.ndarray,
+    t0: int,
+    first_origin: int,
+    m: int,
+    target_h: int,
+    level: np.ndarray,
+    trend: np.ndarray,
+    season: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run every parameter set over [t0, first_origin]; keep per series the lowest h-step MAE."""
     n = y.shape[0]
     grid = grid_for(m, first_origin - t0)
@@ -101,7 +109,7 @@ def _fit_grid(y: np.ndarray, t0: int, first_origin: int, m: int, target_h: int, 
     # ring of the level-and-trend part of the forecasts made target_h steps ago
     ring = np.zeros((target_h, n, g))
     abs_err = np.zeros((n, g))
-    ys = y[:, t0: first_origin + 1, None]
+    ys = y[:, t0 : first_origin + 1, None]
     for i, t in enumerate(range(t0, first_origin + 1)):
         slot = t % m
         s_old = sea[slot]
@@ -119,8 +127,17 @@ def _fit_grid(y: np.ndarray, t0: int, first_origin: int, m: int, target_h: int, 
     return grid[best], lvl[rows, best], trd[rows, best], sea[:, rows, best]
 
 
-def _run_on(y: np.ndarray, origins: np.ndarray, horizon: int, m: int, params: np.ndarray,
-            level: np.ndarray, trend: np.ndarray, season: np.ndarray, start: int) -> np.ndarray:
+def _run_on(
+    y: np.ndarray,
+    origins: np.ndarray,
+    horizon: int,
+    m: int,
+    params: np.ndarray,
+    level: np.ndarray,
+    trend: np.ndarray,
+    season: np.ndarray,
+    start: int,
+) -> np.ndarray:
     """Continue with the chosen parameters from `start`, recording forecasts at the origins."""
     n = y.shape[0]
     alpha, beta, phi, gamma = (params[:, i] for i in range(4))
@@ -148,8 +165,17 @@ def _run_on(y: np.ndarray, origins: np.ndarray, horizon: int, m: int, params: np
     return out
 
 
-def _run_on_scalar(y: np.ndarray, origins: np.ndarray, horizon: int, m: int, params: np.ndarray,
-                   level: float, trend: float, season: np.ndarray, start: int) -> np.ndarray:
+def _run_on_scalar(
+    y: np.ndarray,
+    origins: np.ndarray,
+    horizon: int,
+    m: int,
+    params: np.ndarray,
+    level: float,
+    trend: float,
+    season: np.ndarray,
+    start: int,
+) -> np.ndarray:
     """_run_on for one series with Python floats: far faster than numpy on length-1 arrays."""
     alpha, beta, phi, gamma = (float(v) for v in params)
     damp = np.cumsum(phi ** np.arange(1, horizon + 1))
@@ -192,7 +218,7 @@ def _initial_state(y: np.ndarray, t0: int, m: int) -> tuple[np.ndarray, np.ndarr
     The profile is lightly smoothed so that one noisy minute does not become part of the pattern.
     """
     k = max(1, min(3, t0 // m))
-    blocks = np.stack([y[:, t0 - (j + 1) * m: t0 - j * m] for j in range(k)])  # (k, n, m), j=0 newest
+    blocks = np.stack([y[:, t0 - (j + 1) * m : t0 - j * m] for j in range(k)])  # (k, n, m), j=0 newest
     means = blocks.mean(axis=2)  # (k, n)
     level = means[0]
     trend = (means[0] - means[1]) / m if k > 1 else np.zeros_like(level)

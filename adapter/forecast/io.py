@@ -38,8 +38,10 @@ def read_series(path: str | Path) -> tuple[np.ndarray, np.ndarray, float]:
     off_grid = np.abs(offsets - grid_pos) > 1e-3
     if np.any(off_grid):
         row = int(np.argmax(off_grid)) + 2
-        raise SeriesError(f"{path}: timestamp at line {row} is not on the {step:g}s grid of the "
-                          "other rows (series must be equally spaced, gaps allowed)")
+        raise SeriesError(
+            f"{path}: timestamp at line {row} is not on the {step:g}s grid of the "
+            "other rows (series must be equally spaced, gaps allowed)"
+        )
     length = int(grid_pos[-1]) + 1
     if length > MAX_GRID_POINTS:
         raise SeriesError(f"{path}: {length} grid points at step {step:g}s is too many")

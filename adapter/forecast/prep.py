@@ -22,10 +22,10 @@ MIN_SEASONS = 2
 class Prepared:
     """Gap-filled history plus what we learnt about it."""
 
-    filled: np.ndarray      # (n, T) float64, no NaN, isolated spikes replaced: what models see
-    raw: np.ndarray         # (n, T) gap-filled but not despiked: what forecasts are scored on
-    observed: np.ndarray    # (n, T) bool, False where the caller gave NaN
-    step: float             # seconds between points
+    filled: np.ndarray  # (n, T) float64, no NaN, isolated spikes replaced: what models see
+    raw: np.ndarray  # (n, T) gap-filled but not despiked: what forecasts are scored on
+    observed: np.ndarray  # (n, T) bool, False where the caller gave NaN
+    step: float  # seconds between points
     nonnegative: np.ndarray  # (n,) bool: every observed value >= 0 (request rates, CPU ...)
     short_season: tuple[int | None, ...] = ()  # per series: a sub-daily period in steps (cron-like)
 
@@ -83,8 +83,9 @@ def fill_gaps(arr: np.ndarray, step: float) -> Prepared:
     cleaned = despike(filled)
     if keep.any():
         cleaned = np.where(keep[:, None], filled, cleaned)
-    return Prepared(filled=cleaned, raw=filled, observed=observed, step=float(step),
-                    nonnegative=nonneg, short_season=short)
+    return Prepared(
+        filled=cleaned, raw=filled, observed=observed, step=float(step), nonnegative=nonneg, short_season=short
+    )
 
 
 SHORT_SEASON_MAX = 6 * 3600.0  # longest sub-daily period looked for
@@ -113,7 +114,7 @@ def short_season(y: np.ndarray, step: float) -> int | None:
     acf = np.fft.irfft(spectrum * np.conj(spectrum), size)[: max_lag + 1] / power
     best, best_corr = None, SHORT_SEASON_MIN_CORR
     for m in range(3, max_lag + 1):
-        shorter = acf[max(1, m // 2): m]
+        shorter = acf[max(1, m // 2) : m]
         if acf[m] >= best_corr and acf[m] >= shorter.max() + SHORT_SEASON_MARGIN:
             best, best_corr = m, float(acf[m])
     return best
@@ -180,16 +181,20 @@ def choose_season(prep: Prepared, horizon: int, season: float | None) -> tuple[i
             return m, ""
         fallbacks = [s for s in usable_seasons(n_steps, step, horizon) if s < m]
         if fallbacks:
-            return fallbacks[0], (f"history ({_fmt(n_steps * step)}) shorter than 2 x season "
-                                  f"{_fmt(m * step)}: used {_fmt(fallbacks[0] * step)} season")
-        return None, (f"history ({_fmt(n_steps * step)}) shorter than 2 x season {_fmt(m * step)}"
-                      ": used recent level")
+            return fallbacks[0], (
+                f"history ({_fmt(n_steps * step)}) shorter than 2 x season "
+                f"{_fmt(m * step)}: used {_fmt(fallbacks[0] * step)} season"
+            )
+        return None, (f"history ({_fmt(n_steps * step)}) shorter than 2 x season {_fmt(m * step)}: used recent level")
     candidates = usable_seasons(n_steps, step, horizon)
     if not candidates:
         return None, f"history ({_fmt(n_steps * step)}) shorter than 2 days: used recent level"
     if len(candidates) == 1:
-        note = "" if candidates[0] == season_steps(WEEK, step) else (
-            f"history ({_fmt(n_steps * step)}) shorter than 2 weeks: used daily season")
+        note = (
+            ""
+            if candidates[0] == season_steps(WEEK, step)
+            else (f"history ({_fmt(n_steps * step)}) shorter than 2 weeks: used daily season")
+        )
         return candidates[0], note
     weekly, daily = candidates[0], candidates[1]
     # Weekly only when it explains the data better than daily; it needs twice the history.

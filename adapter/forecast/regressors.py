@@ -54,8 +54,10 @@ class Effects:
         return rows
 
     def describe(self) -> str:
-        return ", ".join(f"{r['name']}: {r['coefficient']:g} ± {r.get('stderr', math.inf):g} per unit "
-                         f"({r['samples']} steps)" for r in self.as_dict())
+        return ", ".join(
+            f"{r['name']}: {r['coefficient']:g} ± {r.get('stderr', math.inf):g} per unit ({r['samples']} steps)"
+            for r in self.as_dict()
+        )
 
 
 def _round(x: float) -> float:
@@ -165,7 +167,7 @@ def fit_effects(values: np.ndarray, events: np.ndarray, names: Sequence[str]) ->
         run_id = np.cumsum(np.concatenate([[1], (active[1:] & ~active[:-1]).astype(int)]))[active]
         groups = int(run_id.max() - run_id.min() + 1) if len(run_id) else 0
         if groups > xu.shape[1]:
-            score = (xu[active] * (w[active] * np.clip(resid[active], -HUBER_K * s, HUBER_K * s))[:, None])
+            score = xu[active] * (w[active] * np.clip(resid[active], -HUBER_K * s, HUBER_K * s))[:, None]
             sums = np.zeros((int(run_id.max()) + 1, xu.shape[1]))
             np.add.at(sums, run_id, score)
             meat = sums.T @ sums
@@ -203,17 +205,23 @@ def _finite_beta(effects: Effects) -> np.ndarray:
     return np.where(np.isfinite(effects.stderr), effects.beta, 0.0)
 
 
-def add_effects(forecast: np.ndarray, lower: np.ndarray, upper: np.ndarray, future: np.ndarray,
-                effects: Effects, quantile: float, nonnegative: bool = True
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def add_effects(
+    forecast: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    future: np.ndarray,
+    effects: Effects,
+    quantile: float,
+    nonnegative: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Forecast + beta . x(future); the interval widened in quadrature by the coefficients' spread."""
     x = np.where(np.isfinite(future), future, 0.0).reshape(len(forecast), -1)
     effect = x @ _finite_beta(effects)
     cov = np.where(np.isfinite(effects.cov), effects.cov, 0.0)
     spread = np.sqrt(np.maximum(np.einsum("hi,ij,hj->h", x, cov, x), 0.0)) * _z(quantile)
     point = forecast + effect
-    up = point + np.sqrt((upper - forecast) ** 2 + spread ** 2)
-    lo = point - np.sqrt((forecast - lower) ** 2 + spread ** 2)
+    up = point + np.sqrt((upper - forecast) ** 2 + spread**2)
+    lo = point - np.sqrt((forecast - lower) ** 2 + spread**2)
     if nonnegative:
         point, lo, up = np.maximum(point, 0.0), np.maximum(lo, 0.0), np.maximum(up, 0.0)
     return point, lo, up
@@ -222,23 +230,44 @@ def add_effects(forecast: np.ndarray, lower: np.ndarray, upper: np.ndarray, futu
 def _z(quantile: float) -> float:
     """Standard normal quantile (Acklam's rational approximation; numpy has no ppf)."""
     p = min(max(quantile, 1e-9), 1 - 1e-9)
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155922141e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00)
+    a = (
+        -3.969683028665376e01,
+        2.209460984245205e02,
+        -2.759285104469687e02,
+        1.383577518672690e02,
+        -3.066479806614716e01,
+        2.506628277459239e00,
+    )
+    b = (
+        -5.447609879822406e01,
+        1.615858368580409e02,
+        -1.556989798598866e02,
+        6.680131188771972e01,
+        -1.328068155922141e01,
+    )
+    c = (
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e00,
+        -2.549732539343734e00,
+        4.374664141464968e00,
+        2.938163982698783e00,
+    )
     d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
     if p < 0.02425:
         q = math.sqrt(-2 * math.log(p))
-        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
+        )
     if p > 1 - 0.02425:
         return -_z(1 - p)
     q = p - 0.5
     r = q * q
-    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
-        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    return (
+        (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+        * q
+        / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    )
 
 
 @dataclass(frozen=True)
@@ -253,9 +282,17 @@ class FusedResult:
     baseline: np.ndarray  # the forecast without the events' effect
 
 
-def fit_predict_fused(values: np.ndarray, step: float, horizon: int, events: np.ndarray,
-                      future: np.ndarray, names: Sequence[str], model: str = "auto",
-                      season: float | None = None, quantile: float = 0.9) -> FusedResult:
+def fit_predict_fused(
+    values: np.ndarray,
+    step: float,
+    horizon: int,
+    events: np.ndarray,
+    future: np.ndarray,
+    names: Sequence[str],
+    model: str = "auto",
+    season: float | None = None,
+    quantile: float = 0.9,
+) -> FusedResult:
     """`fit_predict` with announced regressors: events (T, k) over the history, future (horizon, k)."""
     from adapter.forecast import fit_predict
 
@@ -265,13 +302,13 @@ def fit_predict_fused(values: np.ndarray, step: float, horizon: int, events: np.
     if fut.shape[1] != ev.shape[1]:
         raise ValueError(f"future has {fut.shape[1]} regressor columns, history {ev.shape[1]}")
     effects = fit_effects(y, ev, names)
-    base = fit_predict(remove_effects(y, ev, effects), step, horizon, model=model, season=season,
-                       quantile=quantile)
+    base = fit_predict(remove_effects(y, ev, effects), step, horizon, model=model, season=season, quantile=quantile)
     nonneg = bool(np.all(y[np.isfinite(y)] >= 0))
     point, lower, upper = add_effects(base.forecast, base.lower, base.upper, fut, effects, quantile, nonneg)
     note = "; ".join(p for p in (base.note, f"regressors: {effects.describe()}") if p)
-    return FusedResult(point, lower, upper, base.model, base.season, note, effects,
-                       np.asarray(base.forecast, dtype=float))
+    return FusedResult(
+        point, lower, upper, base.model, base.season, note, effects, np.asarray(base.forecast, dtype=float)
+    )
 
 
 __all__ = ["Effects", "FusedResult", "add_effects", "fit_effects", "fit_predict_fused", "remove_effects"]

@@ -39,8 +39,9 @@ def seasonal_naive(y: np.ndarray, origins: np.ndarray, horizon: int, m: int) -> 
     return y[:, idx]
 
 
-def seasonal_level(y: np.ndarray, origins: np.ndarray, horizon: int, m: int, seasons: int,
-                   smooth: int, k: int) -> np.ndarray:
+def seasonal_level(
+    y: np.ndarray, origins: np.ndarray, horizon: int, m: int, seasons: int, smooth: int, k: int
+) -> np.ndarray:
     """Seasonal profile of the last `seasons` seasons, re-levelled to the recent data.
 
     forecast(o+h) = P(o+h) + mean over the last k points of (y - P), where P(t) is the mean of

@@ -60,8 +60,16 @@ def compile_entries(vme: VirtualMetricEvent) -> list[EntryPlan]:
             expression = compile_expression(entry.expression, path, known)
         except ValidationError as exc:
             raise exc.for_object(f"{KIND_EVENT}/{vme.name}") from None
-        plans.append(EntryPlan(i, entry.metric, entry.resource.namespace, entry.resource.name,
-                               entry.resource.name_from_label, expression))
+        plans.append(
+            EntryPlan(
+                i,
+                entry.metric,
+                entry.resource.namespace,
+                entry.resource.name,
+                entry.resource.name_from_label,
+                expression,
+            )
+        )
     return plans
 
 
@@ -103,7 +111,11 @@ def compute_contributions(entries: Sequence[EntryPlan], items: Sequence[Item]) -
             ok = np.isfinite(values)
             bad_count = n - int(np.count_nonzero(ok))
             found = evaluated[entry.expression.text] = (
-                values, ok, bad_count, (starts[ok], ends[ok], values[ok]) if bad_count else (starts, ends, values))
+                values,
+                ok,
+                bad_count,
+                (starts[ok], ends[ok], values[ok]) if bad_count else (starts, ends, values),
+            )
         values, ok, bad_count, kept = found
         if bad_count:
             bad = np.flatnonzero(~ok)
@@ -126,19 +138,23 @@ def compute_contributions(entries: Sequence[EntryPlan], items: Sequence[Item]) -
             reasons.append(f"spec.metrics[{entry.index}]: {missing} item(s) have no label {label!r}")
         for target, idxs in groups.items():
             sel = np.array(idxs, dtype=np.int64)
-            parts.setdefault((entry.metric, entry.namespace, target), []).append(
-                (starts[sel], ends[sel], values[sel]))
+            parts.setdefault((entry.metric, entry.namespace, target), []).append((starts[sel], ends[sel], values[sel]))
     by_key: dict[Key, Arrays] = {
-        key: arrays[0] if len(arrays) == 1 else
-        (np.concatenate([p[0] for p in arrays]), np.concatenate([p[1] for p in arrays]),
-         np.concatenate([p[2] for p in arrays]))
+        key: arrays[0]
+        if len(arrays) == 1
+        else (
+            np.concatenate([p[0] for p in arrays]),
+            np.concatenate([p[1] for p in arrays]),
+            np.concatenate([p[2] for p in arrays]),
+        )
         for key, arrays in parts.items()
     }
     return Contributions(by_key, dropped, tuple(reasons))
 
 
-def explain(event: str, entries: Sequence[EntryPlan], items: Sequence[Item], key: Key,
-            hold_time: float) -> list[dict[str, Any]]:
+def explain(
+    event: str, entries: Sequence[EntryPlan], items: Sequence[Item], key: Key, hold_time: float
+) -> list[dict[str, Any]]:
     """Every (entry, item) pair that targets `key`, with its value or its error (for preview)."""
     metric, namespace, resource = key
     out: list[dict[str, Any]] = []
@@ -156,10 +172,17 @@ def explain(event: str, entries: Sequence[EntryPlan], items: Sequence[Item], key
                     value, error = None, "result is not a finite number"
             except ExpressionError as exc:
                 value, error = None, str(exc)
-            record: dict[str, Any] = {"event": event, "entry": entry.index, "expression": entry.expression.text,
-                                      "itemId": item.id, "start": item.start, "end": item.end,
-                                      "activeUntil": item.end + hold_time, "values": dict(item.values),
-                                      "value": value}
+            record: dict[str, Any] = {
+                "event": event,
+                "entry": entry.index,
+                "expression": entry.expression.text,
+                "itemId": item.id,
+                "start": item.start,
+                "end": item.end,
+                "activeUntil": item.end + hold_time,
+                "values": dict(item.values),
+                "value": value,
+            }
             if error:
                 record["error"] = error
             out.append(record)
@@ -172,5 +195,7 @@ def _failure_reason(entry: EntryPlan, item: Item, count: int) -> str:
         detail = "result is not a finite number"
     except ExpressionError as exc:
         detail = str(exc)
-    return (f"spec.metrics[{entry.index}] ({entry.expression.text}): {count} item(s) dropped, e.g. "
-            f"[{item.start:g}, {item.end:g}): {detail}")
+    return (
+        f"spec.metrics[{entry.index}] ({entry.expression.text}): {count} item(s) dropped, e.g. "
+        f"[{item.start:g}, {item.end:g}): {detail}"
+    )

@@ -33,7 +33,7 @@ def split_targets(targets: dict[Partition, set[str]], size: int) -> list[dict[Pa
     for partition, resources in targets.items():
         ordered = sorted(resources)
         for i in range(0, len(ordered), size):
-            part = ordered[i:i + size]
+            part = ordered[i : i + size]
             if count + len(part) > size and count:
                 pieces.append({})
                 count = 0
@@ -42,16 +42,30 @@ def split_targets(targets: dict[Partition, set[str]], size: int) -> list[dict[Pa
     return pieces
 
 
-def publish_changes(metrics: Mapping[str, VirtualMetric], feeds: list[EventFeed], now: float, previous: Published,
-             dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
+def publish_changes(
+    metrics: Mapping[str, VirtualMetric],
+    feeds: list[EventFeed],
+    now: float,
+    previous: Published,
+    dirty: set[Partition] | None,
+    targets: dict[Partition, set[str]],
+    events: set[str],
+) -> Published:
     """The next snapshot: whole partitions where objects changed (or everything: `dirty` None), then
     single targets where only items changed."""
     with heap.no_collection():
         return _build(metrics, feeds, now, previous, dirty, targets, events)
 
 
-def _build(metrics: Mapping[str, VirtualMetric], feeds: list[EventFeed], now: float, previous: Published,
-           dirty: set[Partition] | None, targets: dict[Partition, set[str]], events: set[str]) -> Published:
+def _build(
+    metrics: Mapping[str, VirtualMetric],
+    feeds: list[EventFeed],
+    now: float,
+    previous: Published,
+    dirty: set[Partition] | None,
+    targets: dict[Partition, set[str]],
+    events: set[str],
+) -> Published:
     if dirty is None:
         return build_published(metrics, feeds, now)
     published = build_published(metrics, feeds, now, previous, dirty) if dirty else previous
@@ -63,10 +77,14 @@ def _build(metrics: Mapping[str, VirtualMetric], feeds: list[EventFeed], now: fl
     return published
 
 
-
-def update_targets(previous: Published, metrics: Mapping[str, VirtualMetric], feeds: Mapping[str, EventFeed],
-                   changed: Mapping[Partition, Collection[str]], changed_events: Collection[str],
-                   now: float) -> tuple[Published, set[Partition]]:
+def update_targets(
+    previous: Published,
+    metrics: Mapping[str, VirtualMetric],
+    feeds: Mapping[str, EventFeed],
+    changed: Mapping[Partition, Collection[str]],
+    changed_events: Collection[str],
+    now: float,
+) -> tuple[Published, set[Partition]]:
     """`previous` with the targets `changed` (partition -> resource names) rebuilt.
 
     `changed_events` are the events whose contributions changed since `previous` (nothing else
@@ -84,14 +102,18 @@ def update_targets(previous: Published, metrics: Mapping[str, VirtualMetric], fe
         if view is None:
             fallback.add(partition)
             continue
-        partitions[partition] = _update_partition(partition, view, metric, feeds, set(resources),
-                                                  changed_events)
+        partitions[partition] = _update_partition(partition, view, metric, feeds, set(resources), changed_events)
     return Published(previous.metrics, partitions, now), fallback
 
 
-def _update_partition(partition: Partition, view: PartitionView, metric: VirtualMetric,
-                      feeds: Mapping[str, EventFeed], resources: set[str],
-                      changed_events: Collection[str]) -> PartitionView:
+def _update_partition(
+    partition: Partition,
+    view: PartitionView,
+    metric: VirtualMetric,
+    feeds: Mapping[str, EventFeed],
+    resources: set[str],
+    changed_events: Collection[str],
+) -> PartitionView:
     metric_name, namespace = partition
     # Which events touch each changed target now: the unchanged ones that did before, plus the
     # changed ones that name it or contribute to it (found from their side: no scan per target).
@@ -123,10 +145,13 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
                 values.append(arrays[2])
                 count += len(arrays[0])
         counts.append(count)
-    contributions = ContributionArrays(np.repeat(np.arange(len(keys), dtype=np.int64), counts),
-                                       *(np.concatenate(a) if a else np.empty(0) for a in (starts, ends, values)))
-    timelines = build_timelines(list(keys), [metric.policy], contributions,
-                                policy_index=np.zeros(len(keys), np.int64), workers=REBUILD_WORKERS)
+    contributions = ContributionArrays(
+        np.repeat(np.arange(len(keys), dtype=np.int64), counts),
+        *(np.concatenate(a) if a else np.empty(0) for a in (starts, ends, values)),
+    )
+    timelines = build_timelines(
+        list(keys), [metric.policy], contributions, policy_index=np.zeros(len(keys), np.int64), workers=REBUILD_WORKERS
+    )
     updated: dict[str, Target] = {}
     for k, (resource, touched_by) in enumerate(touching.items()):
         labels = {"resource": resource}
@@ -140,8 +165,16 @@ def _update_partition(partition: Partition, view: PartitionView, metric: Virtual
         if holders:
             # A holder that never fetched keeps its targets on hold (as build_published decides).
             never = frozenset(n for h, n in holders if h.health.last_success is None)
-            updated[resource] = Target(resource, k, labels, tuple(h for h, _ in holders),
-                                       tuple(n for _, n in holders), timelines, tuple(touched_by), never)
+            updated[resource] = Target(
+                resource,
+                k,
+                labels,
+                tuple(h for h, _ in holders),
+                tuple(n for _, n in holders),
+                timelines,
+                tuple(touched_by),
+                never,
+            )
         else:
             updated[resource] = Target(resource, k, labels, (), (), timelines, tuple(touched_by))
     removed = {r for r in resources if r not in updated and r in view.by_resource}

@@ -62,8 +62,12 @@ class Notices:
                 if len(self._logged_unknown) >= MAX_LOGGED_UNKNOWN:
                     self._logged_unknown.clear()
                 self._logged_unknown.add((metric, target))
-                log.warning("query for metric %s target %s: no VirtualMetricEvent feeds it, serving the "
-                            "defaultValue (a typo in the HPA's selector or namespace?)", metric, target)
+                log.warning(
+                    "query for metric %s target %s: no VirtualMetricEvent feeds it, serving the "
+                    "defaultValue (a typo in the HPA's selector or namespace?)",
+                    metric,
+                    target,
+                )
         return added
 
     def unknown_targets_now(self, published: Published) -> dict[str, list[str]]:
@@ -112,8 +116,13 @@ class StartupGate:
 
     def passed(self, events: Mapping[str, EventState], busy: bool) -> bool:
         if not self._open:
-            waiting = sorted(name for name, s in events.items() if s.runner is not None
-                             and s.runner.health.last_success is None and s.runner.health.consecutive_failures == 0)
+            waiting = sorted(
+                name
+                for name, s in events.items()
+                if s.runner is not None
+                and s.runner.health.last_success is None
+                and s.runner.health.consecutive_failures == 0
+            )
             if not (waiting or busy) or self._clock() - self._started > STARTUP_GRACE_SECONDS:
                 if waiting:
                     log.warning("ready although the first fetch of %s has not finished", ", ".join(waiting[:10]))

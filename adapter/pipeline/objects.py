@@ -69,13 +69,17 @@ class EventState:
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
     _derived: tuple[object, frozenset[str], frozenset[Partition]] | None = field(
-        default=None, repr=False, compare=False)
+        default=None, repr=False, compare=False
+    )
 
     def _entries_summary(self) -> tuple[object, frozenset[str], frozenset[Partition]]:
         derived = self._derived
         if derived is None or derived[0] is not self.entries:
-            derived = self._derived = (self.entries, frozenset(e.metric for e in self.entries),
-                                       frozenset(e.partition for e in self.entries))
+            derived = self._derived = (
+                self.entries,
+                frozenset(e.metric for e in self.entries),
+                frozenset(e.partition for e in self.entries),
+            )
         return derived
 
     @property
@@ -100,8 +104,13 @@ def apply_metric(state: MetricState, doc: Mapping[str, Any]) -> bool:
     if state.metric == metric and state.error is None:
         return False
     state.metric, state.error = metric, None
-    log.info("loaded VirtualMetric %s (metric %s, %s, leadTime %gs)", state.name, metric.metric_name,
-             metric.merge_strategy, metric.lead_time)
+    log.info(
+        "loaded VirtualMetric %s (metric %s, %s, leadTime %gs)",
+        state.name,
+        metric.metric_name,
+        metric.merge_strategy,
+        metric.lead_time,
+    )
     return True
 
 
@@ -132,8 +141,10 @@ def resolve_metric_names(states: Iterable[MetricState], previous: MetricNames | 
         if other is None:
             served[state.metric.metric_name] = state.metric
             continue
-        conflicts[state.name] = (f"{KIND_METRIC}/{state.name}: spec.name: metric {state.metric.metric_name!r} is "
-                                 f"already served by {KIND_METRIC}/{other.name} (the oldest object keeps a name)")
+        conflicts[state.name] = (
+            f"{KIND_METRIC}/{state.name}: spec.name: metric {state.metric.metric_name!r} is "
+            f"already served by {KIND_METRIC}/{other.name} (the oldest object keeps a name)"
+        )
     if previous is not None:
         for name in conflicts.keys() - previous.conflicts.keys():
             log.warning("MetricNameConflict: %s", conflicts[name])
@@ -196,16 +207,18 @@ class ObjectTable:
             return _nothing()  # unchanged (e.g. a re-list): keep the running source and its snapshot
         source_changed = state.vme is None or state.vme.source != vme.source
         state.vme, state.error, state.entries = vme, None, entries
-        log.info("loaded VirtualMetricEvent %s (%s source, %d metric entries)", state.name, vme.source.kind,
-                 len(entries))
+        log.info(
+            "loaded VirtualMetricEvent %s (%s source, %d metric entries)", state.name, vme.source.kind, len(entries)
+        )
         change = Change(before | state.partitions)
         if source_changed:
             change.stop, state.runner = [state.runner] if state.runner else [], None
             state.delivered = False
             self.set_items(state, [], change)
             try:
-                change.start.append((state, create_source(vme.source.kind, vme.source.config, vme.source.common,
-                                                          self.context)))
+                change.start.append(
+                    (state, create_source(vme.source.kind, vme.source.config, vme.source.common, self.context))
+                )
             except Exception as exc:  # noqa: BLE001 - a source that cannot start is reported, not fatal
                 state.error = f"{KIND_EVENT}/{vme.name}: spec.source.{vme.source.kind}: cannot start source: {exc}"
                 log.warning(state.error)
@@ -234,8 +247,9 @@ class ObjectTable:
                 continue
             runner = state.runner
             hold = runner is not None and runner.on_stale == "Hold" and not runner.source.never_stale
-            out.append(EventFeed(name, state.vme.labels, state.entries, state.contributions.by_key,
-                                 runner if hold else None))
+            out.append(
+                EventFeed(name, state.vme.labels, state.entries, state.contributions.by_key, runner if hold else None)
+            )
         return out
 
     def names(self, kind: str) -> list[str]:
@@ -267,8 +281,12 @@ class ObjectTable:
         state.unreachable = unreachable_targets(state.entries, state.contributions.by_key)
         if state.contributions.dropped:
             change.dropped[state.name] = state.contributions.dropped
-            log.warning("VirtualMetricEvent %s: dropped %d contribution(s): %s", state.name,
-                        state.contributions.dropped, "; ".join(state.contributions.reasons))
+            log.warning(
+                "VirtualMetricEvent %s: dropped %d contribution(s): %s",
+                state.name,
+                state.contributions.dropped,
+                "; ".join(state.contributions.reasons),
+            )
 
 
 MAX_UNREACHABLE_LISTED = 20

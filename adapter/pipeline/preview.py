@@ -66,8 +66,9 @@ def parse_time(text: str | None, now: float) -> float:
     return value
 
 
-def preview_document(published: Published, events: Mapping[str, EventState],
-                     req: PreviewRequest) -> dict[str, Any] | MetricNotFound:
+def preview_document(
+    published: Published, events: Mapping[str, EventState], req: PreviewRequest
+) -> dict[str, Any] | MetricNotFound:
     """The preview document (ValueError for a bad request, see PreviewRequest.check).
 
     Each step names the peak time inside [t, t + leadTime] and the contributions active at that
@@ -82,8 +83,9 @@ def preview_document(published: Published, events: Mapping[str, EventState],
     times = req.start + np.arange(count) * req.step
     values = values_over(published, req.metric, req.namespace, req.resource, times)
     key = (req.metric, req.namespace, req.resource)
-    listed = [c for name in sorted(events) for c in explain(name, events[name].entries, events[name].items,
-                                                              key, vm.hold_time)]
+    listed = [
+        c for name in sorted(events) for c in explain(name, events[name].entries, events[name].items, key, vm.hold_time)
+    ]
     usable = [c for c in listed if c["value"] is not None]  # failed evaluations contribute nothing
     load = MergedLoad(usable, vm.merge_strategy, vm.default_value)
     steps = []
@@ -93,23 +95,41 @@ def preview_document(published: Published, events: Mapping[str, EventState],
         active = load.active_at(peak)
         total += len(active)
         if total > MAX_CONTRIBUTIONS:
-            raise ValueError(f"the answer would list more than {MAX_CONTRIBUTIONS} contributions; use a larger "
-                             "step or a shorter duration")
-        steps.append({"time": rfc3339(t), "unix": t, "value": v,
-                      "peakTime": rfc3339(peak), "peakUnix": peak,
-                      "merged": load.merge(active),  # before clamping; value = clamp(merged, min, max)
-                      "contributions": [usable[i] for i in active],
-                      "load": load.merge(load.active_at(t)),
-                      "loadByObject": load.by_object(t)})
+            raise ValueError(
+                f"the answer would list more than {MAX_CONTRIBUTIONS} contributions; use a larger "
+                "step or a shorter duration"
+            )
+        steps.append(
+            {
+                "time": rfc3339(t),
+                "unix": t,
+                "value": v,
+                "peakTime": rfc3339(peak),
+                "peakUnix": peak,
+                "merged": load.merge(active),  # before clamping; value = clamp(merged, min, max)
+                "contributions": [usable[i] for i in active],
+                "load": load.merge(load.active_at(t)),
+                "loadByObject": load.by_object(t),
+            }
+        )
     failed = [c for c in listed if c["value"] is None]
     return {
-        "metric": req.metric, "namespace": req.namespace, "resource": req.resource,
-        "virtualMetric": vm.name, "mergeStrategy": vm.merge_strategy, "defaultValue": vm.default_value,
-        "leadTime": vm.lead_time, "holdTime": vm.hold_time, "min": vm.min, "max": vm.max,
-        "explanation": ("value(t) = clamp(F(peakTime), min, max) where F(s) = "
-                        f"{vm.merge_strategy}(contributions active at s) or defaultValue, and peakTime is "
-                        "the s in [t, t+leadTime] where F is largest (the earliest on ties); a contribution "
-                        "is active on [start, end + holdTime)"),
+        "metric": req.metric,
+        "namespace": req.namespace,
+        "resource": req.resource,
+        "virtualMetric": vm.name,
+        "mergeStrategy": vm.merge_strategy,
+        "defaultValue": vm.default_value,
+        "leadTime": vm.lead_time,
+        "holdTime": vm.hold_time,
+        "min": vm.min,
+        "max": vm.max,
+        "explanation": (
+            "value(t) = clamp(F(peakTime), min, max) where F(s) = "
+            f"{vm.merge_strategy}(contributions active at s) or defaultValue, and peakTime is "
+            "the s in [t, t+leadTime] where F is largest (the earliest on ties); a contribution "
+            "is active on [start, end + holdTime)"
+        ),
         "steps": steps,
         "failedContributions": failed[:100],  # expression errors: dropped, listed for the reader
     }

@@ -71,9 +71,14 @@ class PartitionView:
 
     __slots__ = ("timelines", "by_resource", "resources", "waiting", "_targets")
 
-    def __init__(self, timelines: TimelineSet, targets: tuple[Target, ...] | None,
-                 by_resource: Mapping[str, Target], resources: tuple[str, ...] | None = None,
-                 waiting: tuple[tuple[SourceRunner, str], ...] = ()):
+    def __init__(
+        self,
+        timelines: TimelineSet,
+        targets: tuple[Target, ...] | None,
+        by_resource: Mapping[str, Target],
+        resources: tuple[str, ...] | None = None,
+        waiting: tuple[tuple[SourceRunner, str], ...] = (),
+    ):
         self.timelines = timelines  # may be shared with partitions rebuilt at the same time
         self.by_resource = by_resource
         # Sources (onStale: Hold) that name targets from item labels and never fetched successfully: a
@@ -108,8 +113,13 @@ class Published:
 EMPTY = Published()
 
 
-def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[EventFeed], now: float,
-                    previous: Published | None = None, dirty: Collection[Partition] | None = None) -> Published:
+def build_published(
+    metrics: Mapping[str, VirtualMetric],
+    events: Iterable[EventFeed],
+    now: float,
+    previous: Published | None = None,
+    dirty: Collection[Partition] | None = None,
+) -> Published:
     """The snapshot for `metrics` (by served name) and the loaded events.
 
     With `previous` and `dirty`, only the dirty partitions are rebuilt; the caller guarantees that
@@ -167,25 +177,40 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
     position = {name: i for i, name in enumerate(names)}
     table = [metrics[n].policy for n in names]
     policy_index = np.fromiter((position[metric] for metric, _, _ in keys), np.int64, len(keys))
-    contributions = (ContributionArrays(np.repeat(np.asarray(part_keys, np.int64), part_counts),
-                                        np.concatenate(starts), np.concatenate(ends), np.concatenate(values))
-                     if part_keys else ContributionArrays.empty())
-    timelines = build_timelines(list(keys), table, contributions, policy_index=policy_index,
-                                workers=REBUILD_WORKERS)
+    contributions = (
+        ContributionArrays(
+            np.repeat(np.asarray(part_keys, np.int64), part_counts),
+            np.concatenate(starts),
+            np.concatenate(ends),
+            np.concatenate(values),
+        )
+        if part_keys
+        else ContributionArrays.empty()
+    )
+    timelines = build_timelines(list(keys), table, contributions, policy_index=policy_index, workers=REBUILD_WORKERS)
     grouped: dict[Partition, list[Target]] = {}
-    never_fetched = {event.name for event in events
-                     if event.holder is not None and event.holder.health.last_success is None}
+    never_fetched = {
+        event.name for event in events if event.holder is not None and event.holder.health.last_success is None
+    }
     for k, (metric, ns, resource) in enumerate(keys):
         names_k = tuple(n for _, n in holders[k])
         grouped.setdefault((metric, ns), []).append(
-            Target(resource, k, labels[k], tuple(h for h, _ in holders[k]), names_k, timelines, tuple(sources[k]),
-                   frozenset(n for n in names_k if n in never_fetched)))
+            Target(
+                resource,
+                k,
+                labels[k],
+                tuple(h for h, _ in holders[k]),
+                names_k,
+                timelines,
+                tuple(sources[k]),
+                frozenset(n for n in names_k if n in never_fetched),
+            )
+        )
     waiting: dict[Partition, list[tuple[SourceRunner, str]]] = {}
     for event in events:
         if event.name in never_fetched and event.holder is not None:
             for entry in event.entries:
-                if (entry.name is None and entry.metric in metrics
-                        and (wanted is None or entry.partition in wanted)):
+                if entry.name is None and entry.metric in metrics and (wanted is None or entry.partition in wanted):
                     waiting.setdefault(entry.partition, []).append((event.holder, event.name))
                     grouped.setdefault(entry.partition, [])
     partitions: dict[Partition, PartitionView] = {}
@@ -193,7 +218,11 @@ def build_published(metrics: Mapping[str, VirtualMetric], events: Iterable[Event
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
     for partition, targets in grouped.items():
         targets.sort(key=lambda t: t.resource)
-        partitions[partition] = PartitionView(timelines, tuple(targets), {t.resource: t for t in targets},
-                                              tuple(t.resource for t in targets),
-                                              tuple(dict.fromkeys(waiting.get(partition, ()))))
+        partitions[partition] = PartitionView(
+            timelines,
+            tuple(targets),
+            {t.resource: t for t in targets},
+            tuple(t.resource for t in targets),
+            tuple(dict.fromkeys(waiting.get(partition, ()))),
+        )
     return Published(dict(metrics), partitions, now)

@@ -68,8 +68,9 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
         if found is not None:
             if pinned is not None:
                 # The HPA's usual query (resource=<name>): direct lookups, whatever the number of targets.
-                candidates = [(namespace, found, found.by_resource[r]) for r in sorted(pinned)
-                              if r in found.by_resource]
+                candidates = [
+                    (namespace, found, found.by_resource[r]) for r in sorted(pinned) if r in found.by_resource
+                ]
             else:
                 candidates = [(namespace, found, t) for t in found.targets]
     values: list[TargetValue] = []
@@ -109,8 +110,7 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
     return Values(tuple(values), valid_until, tuple(unknown))
 
 
-def values_over(published: Published, metric: str, namespace: str, resource: str,
-                times: np.ndarray) -> np.ndarray:
+def values_over(published: Published, metric: str, namespace: str, resource: str, times: np.ndarray) -> np.ndarray:
     """V(t) of one target at many times (the same timeline a query reads; staleness aside)."""
     vm = published.metrics[metric]
     times = np.asarray(times, dtype=float)
@@ -126,8 +126,12 @@ def _stale_message(metric: str, ns: str, resource: str, owner: str, runner: Sour
     last = runner.health.last_success
     error = f"; last error: {runner.health.last_error}" if runner.health.last_error else ""
     if last is None:
-        return (f"metric {metric} for {ns}/{resource} is on hold: the source of VirtualMetricEvent {owner} has "
-                f"not fetched successfully yet (onStale: Hold){error}")
-    return (f"metric {metric} for {ns}/{resource} is on hold: the source of VirtualMetricEvent {owner} is "
-            f"stale (last successful fetch {now - last:.0f}s ago, staleAfter "
-            f"{runner.source.common.stale_after:g}s, onStale: Hold){error}")
+        return (
+            f"metric {metric} for {ns}/{resource} is on hold: the source of VirtualMetricEvent {owner} has "
+            f"not fetched successfully yet (onStale: Hold){error}"
+        )
+    return (
+        f"metric {metric} for {ns}/{resource} is on hold: the source of VirtualMetricEvent {owner} is "
+        f"stale (last successful fetch {now - last:.0f}s ago, staleAfter "
+        f"{runner.source.common.stale_after:g}s, onStale: Hold){error}"
+    )

@@ -18,12 +18,22 @@ Statuses = dict[tuple[str, str], tuple[int, dict[str, Any]]]  # (kind, name) -> 
 
 
 def condition(kind: str, ok: bool | None, reason: str, message: str, generation: int) -> dict[str, Any]:
-    return {"type": kind, "status": "Unknown" if ok is None else ("True" if ok else "False"),
-            "reason": reason, "message": message[:32768], "observedGeneration": generation}
+    return {
+        "type": kind,
+        "status": "Unknown" if ok is None else ("True" if ok else "False"),
+        "reason": reason,
+        "message": message[:32768],
+        "observedGeneration": generation,
+    }
 
 
-def metric_status(state: MetricState, names: MetricNames, published: Published,
-                  lead_times: Any = None, unknown_targets: Sequence[str] = ()) -> dict[str, Any]:
+def metric_status(
+    state: MetricState,
+    names: MetricNames,
+    published: Published,
+    lead_times: Any = None,
+    unknown_targets: Sequence[str] = (),
+) -> dict[str, Any]:
     """`unknown_targets`: "namespace/name" queried for this metric that nothing feeds (latest last)."""
     gen = state.generation
     status: dict[str, Any] = {"observedGeneration": gen, "targets": 0}
@@ -52,7 +62,9 @@ def event_status(state: EventState, published: Published, now: float) -> dict[st
     if state.error is not None or state.vme is None:
         message = state.error or "not loaded"
         return {
-            "observedGeneration": gen, "itemCount": 0, "stale": False,
+            "observedGeneration": gen,
+            "itemCount": 0,
+            "stale": False,
             "conditions": [
                 condition("Ready", False, "InvalidSpec", message, gen),
                 condition("SourceHealthy", None, "NotStarted", "the object is invalid", gen),
@@ -65,8 +77,13 @@ def event_status(state: EventState, published: Published, now: float) -> dict[st
     if health is None or health.last_attempt is None:
         source = condition("SourceHealthy", None, "Pending", "waiting for the first fetch", gen)
     elif stale:
-        source = condition("SourceHealthy", False, "Stale",
-                           f"no successful fetch within staleAfter: {health.last_error or 'no data'}", gen)
+        source = condition(
+            "SourceHealthy",
+            False,
+            "Stale",
+            f"no successful fetch within staleAfter: {health.last_error or 'no data'}",
+            gen,
+        )
     elif health.last_error:
         source = condition("SourceHealthy", False, "FetchFailed", health.last_error, gen)
     else:
@@ -76,14 +93,20 @@ def event_status(state: EventState, published: Published, now: float) -> dict[st
     if state.contributions.dropped:
         exprs = condition("ExpressionsValid", False, "EvaluationFailed", "; ".join(state.contributions.reasons), gen)
     elif state.unreachable:
-        exprs = condition("ExpressionsValid", False, "UnreachableTarget",
-                          "no HPA can query these targets (an HPA's namespace and its selector's resource value "
-                          "must be valid label values): " + "; ".join(state.unreachable), gen)
+        exprs = condition(
+            "ExpressionsValid",
+            False,
+            "UnreachableTarget",
+            "no HPA can query these targets (an HPA's namespace and its selector's resource value "
+            "must be valid label values): " + "; ".join(state.unreachable),
+            gen,
+        )
     else:
         exprs = condition("ExpressionsValid", True, "Valid", "all expressions compile and evaluate", gen)
     if unknown_metrics:
-        ready = condition("Ready", False, "UnknownMetric", f"no VirtualMetric defines {', '.join(unknown_metrics)}",
-                          gen)
+        ready = condition(
+            "Ready", False, "UnknownMetric", f"no VirtualMetric defines {', '.join(unknown_metrics)}", gen
+        )
     elif source["status"] == "True":
         ready = condition("Ready", True, "Serving", "values are served from this object", gen)
     else:
@@ -107,16 +130,24 @@ def is_stale(state: EventState, now: float) -> bool:
     return bool(state.runner and state.runner.is_stale(now))
 
 
-def all_statuses(metrics: Mapping[str, MetricState], events: Mapping[str, EventState], published: Published,
-                 now: float, lead_times: Any = None,
-                 unknown_targets: Mapping[str, Sequence[str]] | None = None) -> Statuses:
+def all_statuses(
+    metrics: Mapping[str, MetricState],
+    events: Mapping[str, EventState],
+    published: Published,
+    now: float,
+    lead_times: Any = None,
+    unknown_targets: Mapping[str, Sequence[str]] | None = None,
+) -> Statuses:
     """`unknown_targets`: by metric name, targets queried that nothing feeds."""
     names = resolve_metric_names(metrics.values())
     unknown = unknown_targets or {}
     out: Statuses = {
-        (KIND_METRIC, n): (s.generation, metric_status(
-            s, names, published, lead_times,
-            unknown.get(s.metric.metric_name, ()) if s.metric is not None else ()))
+        (KIND_METRIC, n): (
+            s.generation,
+            metric_status(
+                s, names, published, lead_times, unknown.get(s.metric.metric_name, ()) if s.metric is not None else ()
+            ),
+        )
         for n, s in metrics.items()
     }
     for name, state in events.items():

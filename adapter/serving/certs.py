@@ -94,9 +94,15 @@ def _leaf(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -137,9 +143,15 @@ def make_ca(common_name: str, days: int = 3650) -> tuple[bytes, bytes]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -149,9 +161,7 @@ def make_ca(common_name: str, days: int = 3650) -> tuple[bytes, bytes]:
     return _cert_pem(cert), _key_pem(key)
 
 
-def make_serving_cert(
-    ca_cert_pem: bytes, ca_key_pem: bytes, sans: list[str], days: int = 365
-) -> tuple[bytes, bytes]:
+def make_serving_cert(ca_cert_pem: bytes, ca_key_pem: bytes, sans: list[str], days: int = 365) -> tuple[bytes, bytes]:
     """A serverAuth certificate signed by the CA; CN = first SAN, SANs exactly as given."""
     if not sans:
         raise ValueError("a serving certificate needs at least one SAN")
@@ -168,6 +178,4 @@ def make_client_cert(
 ) -> tuple[bytes, bytes]:
     """A clientAuth certificate: CN = user name, O = groups (Kubernetes x509 user conversion)."""
     ca_cert, ca_key = _load_ca(ca_cert_pem, ca_key_pem)
-    return _leaf(
-        ca_cert, ca_key, _name(common_name, organizations), days, [ExtendedKeyUsageOID.CLIENT_AUTH], None
-    )
+    return _leaf(ca_cert, ca_key, _name(common_name, organizations), days, [ExtendedKeyUsageOID.CLIENT_AUTH], None)

@@ -108,7 +108,7 @@ def next_steps(service: str, namespace: str, out: str, ca_pem: bytes) -> str:
         f"--from-file=ca.crt={q(os.path.join(out, 'ca.crt'))} \\\n"
         "    --dry-run=client -o yaml | kubectl apply -f -\n"
         "  kubectl patch apiservice v1beta1.external.metrics.k8s.io --type=merge \\\n"
-        f"    -p '{{\"spec\":{{\"caBundle\":\"{ca_bundle}\"}}}}'\n\n"
+        f'    -p \'{{"spec":{{"caBundle":"{ca_bundle}"}}}}\'\n\n'
         f"Keep {os.path.join(out, 'ca.key')} out of the cluster and out of version control."
     )
 
@@ -118,9 +118,9 @@ def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
         "certs",
         help="create a CA, a serving certificate for the Service and the APIService manifest",
         description="Create a private CA, a serving certificate for <service>.<namespace>.svc and the "
-                    "APIService manifest with the CA as caBundle; print the kubectl commands that install "
-                    "them. Writes ca.crt, ca.key (keep it out of the cluster), tls.crt, tls.key and "
-                    "apiservice.yaml into --out. Nothing is sent to a cluster.",
+        "APIService manifest with the CA as caBundle; print the kubectl commands that install "
+        "them. Writes ca.crt, ca.key (keep it out of the cluster), tls.crt, tls.key and "
+        "apiservice.yaml into --out. Nothing is sent to a cluster.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--service", default="prescaler", help="Service name of the adapter")

@@ -148,7 +148,10 @@ class GuardedH11Protocol(H11Protocol):
             peer = transport.get_extra_info("peername")
             self.cap_log.warning(
                 "refusing connection from %s: %d connections open, the limit is %d",
-                _peer_text(peer), len(self.server_state.connections), self.limits.max_connections)
+                _peer_text(peer),
+                len(self.server_state.connections),
+                self.limits.max_connections,
+            )
             transport.abort()
             return
         super().connection_made(transport)
@@ -186,7 +189,9 @@ class GuardedH11Protocol(H11Protocol):
         if self._waiting_for_request_head():
             self.timeout_log.warning(
                 "closing connection from %s: no complete request head within %g s",
-                _peer_text(self.client), self.limits.header_timeout_seconds)
+                _peer_text(self.client),
+                self.limits.header_timeout_seconds,
+            )
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
@@ -221,7 +226,9 @@ class GuardedH11Protocol(H11Protocol):
         if not self.transport.is_closing():
             self.timeout_log.warning(
                 "closing connection from %s: the client read nothing of the answer for %g s",
-                _peer_text(self.client), self.limits.write_timeout_seconds)
+                _peer_text(self.client),
+                self.limits.write_timeout_seconds,
+            )
             self.transport.abort()
 
     # -- malformed input ---------------------------------------------------------------------
@@ -249,8 +256,12 @@ def _peer_text(peer: Any) -> str:
 
 def guarded_protocol(base: type[GuardedH11Protocol], limits: ConnectionLimits) -> type[GuardedH11Protocol]:
     """A subclass of ``base`` bound to ``limits`` (uvicorn instantiates the class it is given)."""
-    return type(base.__name__, (base,), {
-        "limits": limits,
-        "cap_log": RateLimitedLog(log, limits.log_interval_seconds),
-        "timeout_log": RateLimitedLog(log, limits.log_interval_seconds),
-    })
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "limits": limits,
+            "cap_log": RateLimitedLog(log, limits.log_interval_seconds),
+            "timeout_log": RateLimitedLog(log, limits.log_interval_seconds),
+        },
+    )

@@ -77,22 +77,31 @@ def add_serving_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (0 = pick a free one)")
     group.add_argument("--bind-address", default="0.0.0.0", help="address to listen on")
     group.add_argument(
-        "--tls-cert-file", default=None,
+        "--tls-cert-file",
+        default=None,
         help="serving certificate (PEM, may include intermediates); reloaded when it changes. "
         "Without it a self-signed certificate is generated",
     )
     group.add_argument("--tls-private-key-file", default=None, help="key for --tls-cert-file (PEM)")
     group.add_argument(
-        "--tls-san", dest="tls_sans", action="append", default=[],
+        "--tls-san",
+        dest="tls_sans",
+        action="append",
+        default=[],
         help="extra DNS name / IP for the generated self-signed certificate (repeatable)",
     )
     defaults = ConnectionLimits()
     group.add_argument(
-        "--max-connections", type=int, default=defaults.max_connections,
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
         help="open connections beyond this are closed right after the TLS handshake (each costs ~60 KB)",
     )
     group.add_argument(
-        "--request-header-timeout", type=float, default=defaults.header_timeout_seconds, metavar="SECONDS",
+        "--request-header-timeout",
+        type=float,
+        default=defaults.header_timeout_seconds,
+        metavar="SECONDS",
         help="close a connection whose request line and headers are not complete within this time",
     )
 
@@ -112,8 +121,7 @@ def serving_options_from_args(args: argparse.Namespace, **overrides: Any) -> Ser
         raise ValueError(f"--max-connections must be at least 1, got {max_connections}")
     if not 0 < header_timeout <= 3600:
         raise ValueError(f"--request-header-timeout must be between 0 and 3600 seconds, got {header_timeout:g}")
-    opts.limits = dataclasses.replace(defaults, max_connections=max_connections,
-                                      header_timeout_seconds=header_timeout)
+    opts.limits = dataclasses.replace(defaults, max_connections=max_connections, header_timeout_seconds=header_timeout)
     for key, value in overrides.items():
         setattr(opts, key, value)
     return opts

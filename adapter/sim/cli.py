@@ -15,21 +15,32 @@ from adapter.errors import ValidationError
 
 def add_parsers(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "simulate", help="simulate the HPA controller on a scenario (replay or traffic + prescaler)",
+        "simulate",
+        help="simulate the HPA controller on a scenario (replay or traffic + prescaler)",
         description="Simulate kube-controller-manager's HPA on a scenario file and report replicas, "
-                    "served/unserved demand and pod-hours (with reactive and oracle baselines).")
+        "served/unserved demand and pod-hours (with reactive and oracle baselines).",
+    )
     parser.add_argument("--scenario", required=True, type=Path, help="scenario YAML file")
     parser.add_argument("--output", type=Path, help="write per-tick results and the summary as JSON")
-    parser.add_argument("--plot", type=Path, help="write a PNG plot: demand vs ready capacity with unserved "
-                                                  "demand shaded, and replicas, per run")
-    parser.add_argument("--from", dest="start", metavar="TIME",
-                        help="plot from this time: unix seconds, RFC3339, or a duration after the run's start "
-                             "such as 36h (default: the run's start)")
-    parser.add_argument("--duration", metavar="DURATION",
-                        help="plot this long from --from, e.g. 6h (default: to the run's end)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="write a PNG plot: demand vs ready capacity with unserved demand shaded, and replicas, per run",
+    )
+    parser.add_argument(
+        "--from",
+        dest="start",
+        metavar="TIME",
+        help="plot from this time: unix seconds, RFC3339, or a duration after the run's start "
+        "such as 36h (default: the run's start)",
+    )
+    parser.add_argument(
+        "--duration", metavar="DURATION", help="plot this long from --from, e.g. 6h (default: to the run's end)"
+    )
     parser.add_argument("--for", dest="duration", help=argparse.SUPPRESS)  # same as --duration
-    parser.add_argument("--unit", default="trace units",
-                        help="unit of the trace's values for the plot's load axis, e.g. requests/min")
+    parser.add_argument(
+        "--unit", default="trace units", help="unit of the trace's values for the plot's load axis, e.g. requests/min"
+    )
     parser.set_defaults(func=run_simulate)
 
 
@@ -48,8 +59,10 @@ def plot_window(start_text: str | None, duration_text: str | None, run_start: fl
                 try:
                     parsed = datetime.fromisoformat(start_text.replace("Z", "+00:00"))
                 except ValueError:
-                    raise ValueError(f"--from {start_text!r}: use unix seconds, RFC3339 or a duration after the "
-                                     "run's start such as 36h") from None
+                    raise ValueError(
+                        f"--from {start_text!r}: use unix seconds, RFC3339 or a duration after the "
+                        "run's start such as 36h"
+                    ) from None
                 start = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
     end = None
     if duration_text is not None:
@@ -106,16 +119,26 @@ def _print_summary(result: Any) -> None:
 
     rows = [("run", "unserved share", "pod-hours", "in band", "max replicas", "changes")]
     for key, s in result.summaries.items():
-        rows.append((run_label(key, result), _fmt(s.unserved_share, ".4f"), f"{s.pod_hours:.2f}", _fmt(s.time_in_band, ".3f"),
-                     str(s.max_replicas), str(s.scale_changes)))
+        rows.append(
+            (
+                run_label(key, result),
+                _fmt(s.unserved_share, ".4f"),
+                f"{s.pod_hours:.2f}",
+                _fmt(s.time_in_band, ".3f"),
+                str(s.max_replicas),
+                str(s.scale_changes),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
     for note in result.notes:
         print(f"note: {note}")
     for name, lead in getattr(result.scenario, "learned_lead_times", {}).items():
-        print(f"note: VirtualMetric/{name} leadTime Auto -> {lead.seconds:g}s (p90 start-up "
-              f"{lead.startup or 0:g}s of {len(lead.pods)} pods + sync {lead.sync_period:g}s + ramp {lead.ramp:g}s)")
+        print(
+            f"note: VirtualMetric/{name} leadTime Auto -> {lead.seconds:g}s (p90 start-up "
+            f"{lead.startup or 0:g}s of {len(lead.pods)} pods + sync {lead.sync_period:g}s + ramp {lead.ramp:g}s)"
+        )
 
 
 def _fmt(value: float | None, spec: str) -> str:

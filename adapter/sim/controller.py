@@ -257,8 +257,7 @@ class HpaController:
 
     # ---------------------------------------------------------------- normalization (docs/hpa-algorithm.md §6)
 
-    def _normalize_legacy(self, t: float, cur: int, d: int, min_r: int, max_r: int,
-                          conditions: dict[str, str]) -> int:
+    def _normalize_legacy(self, t: float, cur: int, d: int, min_r: int, max_r: int, conditions: dict[str, str]) -> int:
         window = self.config.downscale_stabilization
         recs = self._recs()
         stabilized = max([d] + [r for r, ts in recs if t - ts < window])
@@ -279,8 +278,9 @@ class HpaController:
         conditions["ScalingLimited"] = reason
         return out
 
-    def _normalize_behavior(self, t: float, cur: int, d: int, min_r: int, max_r: int,
-                            conditions: dict[str, str]) -> int:
+    def _normalize_behavior(
+        self, t: float, cur: int, d: int, min_r: int, max_r: int, conditions: dict[str, str]
+    ) -> int:
         assert self._up is not None and self._down is not None
         recs = self._recs()
         up_rec = min([d] + [r for r, ts in recs if t - ts < self._window_up])
@@ -363,4 +363,5 @@ class HpaController:
 
 def _failure_reason(metric: MetricSpec) -> str:
     return {"External": "FailedGetExternalMetric", "Pods": "FailedGetPodsMetric"}.get(
-        metric.type, "InvalidMetricSourceType")
+        metric.type, "InvalidMetricSourceType"
+    )

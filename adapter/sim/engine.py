@@ -48,13 +48,25 @@ class Summary:
     scale_changes: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ticks": self.ticks, "unservedShare": self.unserved_share, "podHours": self.pod_hours,
-                "timeInBand": self.time_in_band, "maxReplicas": self.max_replicas,
-                "scaleChanges": self.scale_changes}
+        return {
+            "ticks": self.ticks,
+            "unservedShare": self.unserved_share,
+            "podHours": self.pod_hours,
+            "timeInBand": self.time_in_band,
+            "maxReplicas": self.max_replicas,
+            "scaleChanges": self.scale_changes,
+        }
 
 
-def simulate_hpa(hpa: HpaSpec, times: np.ndarray, feeds: Sequence[Feed], replicas: int, delay: StartupDelay,
-                 config: ControllerConfig | None = None, name: str = "hpa") -> RunResult:
+def simulate_hpa(
+    hpa: HpaSpec,
+    times: np.ndarray,
+    feeds: Sequence[Feed],
+    replicas: int,
+    delay: StartupDelay,
+    config: ControllerConfig | None = None,
+    name: str = "hpa",
+) -> RunResult:
     """Run the controller over the tick times with one feed per HPA metric (in the HPA's order)."""
     controller = HpaController(hpa, config)
     pods = Pods(replicas, delay)
@@ -69,8 +81,13 @@ def simulate_hpa(hpa: HpaSpec, times: np.ndarray, feeds: Sequence[Feed], replica
     for k, t in enumerate(times.tolist()):
         pods.advance(t)
         ready, starting = pods.ready_count, len(pods.starting)
-        inputs = TickInputs(spec=spec, status=pods.total, ready=ready, npods=pods.total,
-                            readings=[f.reading(k, ready, starting) for f in feeds])
+        inputs = TickInputs(
+            spec=spec,
+            status=pods.total,
+            ready=ready,
+            npods=pods.total,
+            readings=[f.reading(k, ready, starting) for f in feeds],
+        )
         decision = controller.reconcile(t, inputs)
         spec = decision.replicas
         pods.scale_to(spec, t)
@@ -79,12 +96,19 @@ def simulate_hpa(hpa: HpaSpec, times: np.ndarray, feeds: Sequence[Feed], replica
         outcomes.append(decision.outcome)
         for f in feeds:
             values[f.name].append(f.value(k, ready))
-    return RunResult(name, np.asarray(times, dtype=float), out_replicas, out_ready, out_pods, desired, outcomes,
-                     values)
+    return RunResult(name, np.asarray(times, dtype=float), out_replicas, out_ready, out_pods, desired, outcomes, values)
 
 
-def simulate_oracle(times: np.ndarray, demand: np.ndarray, capacity: float, lead_time: float, tick: float,
-                    hpa: HpaSpec, replicas: int, delay: StartupDelay) -> RunResult:
+def simulate_oracle(
+    times: np.ndarray,
+    demand: np.ndarray,
+    capacity: float,
+    lead_time: float,
+    tick: float,
+    hpa: HpaSpec,
+    replicas: int,
+    delay: StartupDelay,
+) -> RunResult:
     """Perfect foresight: at t, ask for the pods the true peak demand over [t, t + leadTime + tick) needs."""
     steps = math.ceil(lead_time / tick) + 1
     peak = demand.copy()
@@ -103,8 +127,9 @@ def simulate_oracle(times: np.ndarray, demand: np.ndarray, capacity: float, lead
     return RunResult("oracle", np.asarray(times, dtype=float), want, out_ready, out_pods, [None] * n, ["oracle"] * n)
 
 
-def summarize(run: RunResult, demand: np.ndarray | None, capacity: float | None, tick: float,
-              band: float, min_replicas: int) -> Summary:
+def summarize(
+    run: RunResult, demand: np.ndarray | None, capacity: float | None, tick: float, band: float, min_replicas: int
+) -> Summary:
     pod_hours = float(run.pods.sum()) * tick / 3600.0
     changes = int(np.count_nonzero(np.diff(np.concatenate([[run.replicas[0]], run.replicas]))))
     unserved_share = in_band = None
@@ -135,17 +160,23 @@ class SimulationResult:
         cap = sc.workload.capacity_per_pod
         ticks = []
         for k in range(len(main.times)):
-            row: dict[str, Any] = {"time": _number(float(main.times[k] - sc.start)), "replicas": int(main.replicas[k]),
-                                   "readyReplicas": int(main.ready[k]), "desiredReplicas": main.desired[k],
-                                   "pods": int(main.pods[k]), "outcome": main.outcomes[k]}
+            row: dict[str, Any] = {
+                "time": _number(float(main.times[k] - sc.start)),
+                "replicas": int(main.replicas[k]),
+                "readyReplicas": int(main.ready[k]),
+                "desiredReplicas": main.desired[k],
+                "pods": int(main.pods[k]),
+                "outcome": main.outcomes[k],
+            }
             if not sc.is_replay:
                 row["timestamp"] = float(main.times[k])
             if self.demand is not None:
                 row["demand"] = float(self.demand[k])
                 if cap is not None:
                     served = min(float(self.demand[k]), int(main.ready[k]) * cap)
-                    row.update(capacity=int(main.ready[k]) * cap, served=served,
-                               unserved=float(self.demand[k]) - served)
+                    row.update(
+                        capacity=int(main.ready[k]) * cap, served=served, unserved=float(self.demand[k]) - served
+                    )
             row["metrics"] = {name: vals[k] for name, vals in main.metric_values.items()}
             ticks.append(row)
         out: dict[str, Any] = {"ticks": ticks, "summary": self.summaries["scenario"].as_dict()}
@@ -170,26 +201,40 @@ def run_scenario(sc: Scenario, prescaler: PrescalerModel | None = None) -> Simul
     notes: list[str] = []
     if prescaler is None and any(m.kind == "prescaler" for m in sc.metrics.values()):
         prescaler = _prescaler_model(sc)
-    feeds = [_feed(sc, metric.name, metric.type, sc.metrics[metric.name], times, prescaler)
-             for metric in sc.hpa.metrics]
+    feeds = [
+        _feed(sc, metric.name, metric.type, sc.metrics[metric.name], times, prescaler) for metric in sc.hpa.metrics
+    ]
     if prescaler is not None:
         notes.extend(prescaler.notes)
-    runs = {"scenario": simulate_hpa(sc.hpa, times, feeds, sc.workload.replicas, sc.workload.startup_delay,
-                                     sc.controller, "scenario")}
+    runs = {
+        "scenario": simulate_hpa(
+            sc.hpa, times, feeds, sc.workload.replicas, sc.workload.startup_delay, sc.controller, "scenario"
+        )
+    }
     capacity = sc.workload.capacity_per_pod
     if sc.baselines.enabled and demand is not None and capacity is not None:
         reactive = [m for m in sc.hpa.metrics if sc.metrics[m.name].kind == "traffic"]
         if reactive and len(reactive) < len(sc.hpa.metrics):
             hpa = replace(sc.hpa, metrics=tuple(reactive))
-            runs["reactive"] = simulate_hpa(hpa, times, [f for f, m in zip(feeds, sc.hpa.metrics) if m in reactive],
-                                            sc.workload.replicas, sc.workload.startup_delay, sc.controller, "reactive")
+            runs["reactive"] = simulate_hpa(
+                hpa,
+                times,
+                [f for f, m in zip(feeds, sc.hpa.metrics) if m in reactive],
+                sc.workload.replicas,
+                sc.workload.startup_delay,
+                sc.controller,
+                "reactive",
+            )
         elif not reactive:
             notes.append("no reactive baseline: the HPA has no metric from traffic")
         lead = sc.baselines.lead_time if sc.baselines.lead_time is not None else _mean_delay(sc.workload.startup_delay)
-        runs["oracle"] = simulate_oracle(times, demand, capacity, lead, sc.tick, sc.hpa, sc.workload.replicas,
-                                         sc.workload.startup_delay)
-    summaries = {name: summarize(run, demand, capacity, sc.tick, sc.workload.band, sc.hpa.min_replicas)
-                 for name, run in runs.items()}
+        runs["oracle"] = simulate_oracle(
+            times, demand, capacity, lead, sc.tick, sc.hpa, sc.workload.replicas, sc.workload.startup_delay
+        )
+    summaries = {
+        name: summarize(run, demand, capacity, sc.tick, sc.workload.band, sc.hpa.min_replicas)
+        for name, run in runs.items()
+    }
     return SimulationResult(sc, runs, summaries, demand, notes)
 
 
@@ -199,8 +244,9 @@ def _mean_delay(delay: StartupDelay) -> float:
     return delay.value
 
 
-def _feed(sc: Scenario, name: str, metric_type: str, source: MetricSource, times: np.ndarray,
-          prescaler: PrescalerModel | None) -> Feed:
+def _feed(
+    sc: Scenario, name: str, metric_type: str, source: MetricSource, times: np.ndarray, prescaler: PrescalerModel | None
+) -> Feed:
     read_at = times - source.latency
     if source.kind == "replay":
         n = len(times)

@@ -67,8 +67,7 @@ class HpaSpec:
 
 
 def default_scale_up(tolerance: float | None = None) -> ScalingRules:
-    return ScalingRules(0.0, "Max", (ScalingPolicy("Pods", 4, 15.0), ScalingPolicy("Percent", 100, 15.0)),
-                        tolerance)
+    return ScalingRules(0.0, "Max", (ScalingPolicy("Pods", 4, 15.0), ScalingPolicy("Percent", 100, 15.0)), tolerance)
 
 
 def default_scale_down(tolerance: float | None = None) -> ScalingRules:
@@ -98,8 +97,14 @@ def parse_hpa(doc: Any, path: str = "hpa") -> HpaSpec:
     behavior = None
     if spec.get("behavior") is not None:
         behavior = _behavior(spec["behavior"], f"{path}.spec.behavior")
-    return HpaSpec(name=str(meta.get("name", "hpa")), namespace=str(meta.get("namespace", "default")),
-                   min_replicas=min_r, max_replicas=max_r, metrics=metrics, behavior=behavior)
+    return HpaSpec(
+        name=str(meta.get("name", "hpa")),
+        namespace=str(meta.get("namespace", "default")),
+        min_replicas=min_r,
+        max_replicas=max_r,
+        metrics=metrics,
+        behavior=behavior,
+    )
 
 
 def _metric(raw: Any, path: str) -> MetricSpec:
@@ -176,7 +181,7 @@ def _policy(raw: Any, path: str) -> ScalingPolicy:
 
 def _quantity_milli(value: Any, path: str) -> int:
     if value is None:
-        raise ValidationError(path, "required (a quantity such as \"10\" or \"500m\")")
+        raise ValidationError(path, 'required (a quantity such as "10" or "500m")')
     try:
         return milli_value(parse_quantity(value))
     except QuantityError as exc:
@@ -185,13 +190,21 @@ def _quantity_milli(value: Any, path: str) -> int:
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValidationError(path, "required: expected an object" if value is None else
-                              f"expected an object, got {type(value).__name__}")
+        raise ValidationError(
+            path, "required: expected an object" if value is None else f"expected an object, got {type(value).__name__}"
+        )
     return value
 
 
-def _int(obj: Mapping[str, Any], key: str, path: str, default: int | None = None, required: bool = False,
-         minimum: int | None = None, maximum: int | None = None) -> int:
+def _int(
+    obj: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: int | None = None,
+    required: bool = False,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
     value = obj.get(key)
     if value is None:
         if required or default is None:

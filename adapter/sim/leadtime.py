@@ -49,9 +49,13 @@ class LeadTimeEstimate:
 
     def status(self) -> dict[str, Any]:
         """What the VirtualMetric status shows."""
-        out: dict[str, Any] = {"seconds": round(self.seconds, 3), "reason": self.reason,
-                               "syncPeriodSeconds": self.sync_period, "rampSeconds": round(self.ramp, 3),
-                               "pods": list(self.pods)}
+        out: dict[str, Any] = {
+            "seconds": round(self.seconds, 3),
+            "reason": self.reason,
+            "syncPeriodSeconds": self.sync_period,
+            "rampSeconds": round(self.ramp, 3),
+            "pods": list(self.pods),
+        }
         if self.message:
             out["message"] = self.message
         if self.startup is not None:
@@ -60,8 +64,9 @@ class LeadTimeEstimate:
         return out
 
 
-def ramp_seconds(hpa: HpaSpec, current: int, target: int, sync_period: float = SYNC_PERIOD,
-                 config: ControllerConfig | None = None) -> float:
+def ramp_seconds(
+    hpa: HpaSpec, current: int, target: int, sync_period: float = SYNC_PERIOD, config: ControllerConfig | None = None
+) -> float:
     """Time the HPA's scale-up policy needs to go from `current` to `target` replicas.
 
     Runs the real controller against a metric that asks for `target` at once and counts the
@@ -83,17 +88,23 @@ def ramp_seconds(hpa: HpaSpec, current: int, target: int, sync_period: float = S
         else:  # Value: usage / target x ready pods
             reading = math.ceil(metric.target_milli * target / spec)
         readings = [reading] + [None] * (len(hpa.metrics) - 1)
-        decision = controller.reconcile(period * sync_period,
-                                        TickInputs(spec=spec, status=spec, ready=spec, npods=spec, readings=readings))
+        decision = controller.reconcile(
+            period * sync_period, TickInputs(spec=spec, status=spec, ready=spec, npods=spec, readings=readings)
+        )
         spec = decision.replicas
         if spec >= target:
             return period * sync_period
     return MAX_RAMP_PERIODS * sync_period
 
 
-def learn_lead_time(startups: Sequence[tuple[str, float]], hpa: HpaSpec | None, current: int,
-                    sync_period: float = SYNC_PERIOD, step_factor: float = STEP_FACTOR,
-                    fallback: float = FALLBACK_LEAD) -> LeadTimeEstimate:
+def learn_lead_time(
+    startups: Sequence[tuple[str, float]],
+    hpa: HpaSpec | None,
+    current: int,
+    sync_period: float = SYNC_PERIOD,
+    step_factor: float = STEP_FACTOR,
+    fallback: float = FALLBACK_LEAD,
+) -> LeadTimeEstimate:
     """The rule: p90 start-up of the most recent pods + sync period + ramp, clamped; else fallback.
 
     `startups`: (pod name, seconds from creation to Ready), most recent last."""
@@ -101,8 +112,15 @@ def learn_lead_time(startups: Sequence[tuple[str, float]], hpa: HpaSpec | None, 
     target = math.ceil(max(current, 1) * step_factor)
     ramp = ramp_seconds(hpa, current, target, sync_period) if hpa is not None else 0.0
     if len(recent) < MIN_PODS:
-        return LeadTimeEstimate(fallback, None, sync_period, ramp, tuple(n for n, _ in recent), "Fallback",
-                                f"{len(recent)} pod(s) with a measurable start-up (need {MIN_PODS})")
+        return LeadTimeEstimate(
+            fallback,
+            None,
+            sync_period,
+            ramp,
+            tuple(n for n, _ in recent),
+            "Fallback",
+            f"{len(recent)} pod(s) with a measurable start-up (need {MIN_PODS})",
+        )
     startup = float(np.quantile([s for _, s in recent], PERCENTILE))
     seconds = min(max(startup + sync_period + ramp, MIN_LEAD), MAX_LEAD)
     return LeadTimeEstimate(seconds, startup, sync_period, ramp, tuple(n for n, _ in recent))

@@ -150,9 +150,14 @@ ForecastFn = Callable[..., Any]
 class PrescalerModel:
     """Evaluates VirtualMetrics for one target over simulated time, as the adapter would serve them."""
 
-    def __init__(self, virtual_metrics: Sequence[VirtualMetric], events: Sequence[VirtualMetricEvent],
-                 recorded: Mapping[str, Sequence[RecordedResponse]] | None = None, trace: Trace | None = None,
-                 forecast: ForecastSettings | None = None):
+    def __init__(
+        self,
+        virtual_metrics: Sequence[VirtualMetric],
+        events: Sequence[VirtualMetricEvent],
+        recorded: Mapping[str, Sequence[RecordedResponse]] | None = None,
+        trace: Trace | None = None,
+        forecast: ForecastSettings | None = None,
+    ):
         # As on the server, a contested metric name goes to the first VirtualMetric by name (objects
         # in a scenario have no creation time).
         self.metrics = {vm.metric_name: vm for vm in sorted(virtual_metrics, key=lambda vm: vm.name, reverse=True)}
@@ -204,9 +209,16 @@ class PrescalerModel:
         return out
 
     def _events_for(self, metric: str, namespace: str, resource: str) -> list[VirtualMetricEvent]:
-        return [vme for vme in self.events if any(
-            e.metric == metric and e.resource.namespace == namespace
-            and (e.resource.name == resource or e.resource.name_from_label is not None) for e in vme.metrics)]
+        return [
+            vme
+            for vme in self.events
+            if any(
+                e.metric == metric
+                and e.resource.namespace == namespace
+                and (e.resource.name == resource or e.resource.name_from_label is not None)
+                for e in vme.metrics
+            )
+        ]
 
     def _entries(self, vme: VirtualMetricEvent) -> list[EntryPlan]:
         if vme.name not in self._compiled:
@@ -232,8 +244,11 @@ class PrescalerModel:
     def _recorded_snapshots(self, vme: VirtualMetricEvent) -> Snapshots:
         responses = self.recorded.get(vme.name)
         if responses is None:
-            raise ValidationError(f"recorded.{vme.name}", f"the {vme.source.kind} source of VirtualMetricEvent/"
-                                  f"{vme.name} needs recorded responses in the scenario")
+            raise ValidationError(
+                f"recorded.{vme.name}",
+                f"the {vme.source.kind} source of VirtualMetricEvent/"
+                f"{vme.name} needs recorded responses in the scenario",
+            )
         snaps = Snapshots()
         for response in sorted(responses, key=lambda r: r.at):
             snaps.add(response.at, response.items)
@@ -255,8 +270,7 @@ class PrescalerModel:
             interval = max(interval, (lookahead - vm_lead) / 2)
         snaps = Snapshots()
         now = [lo]
-        source = create_source("schedule", vme.source.config, vme.source.common,
-                               SourceContext(clock=lambda: now[0]))
+        source = create_source("schedule", vme.source.config, vme.source.common, SourceContext(clock=lambda: now[0]))
         loop = asyncio.new_event_loop()
         try:
             t = lo
@@ -271,8 +285,11 @@ class PrescalerModel:
 
     def _forecast_snapshots(self, vme: VirtualMetricEvent, lo: float, hi: float, lead: float) -> Snapshots:
         if self.trace is None:
-            raise ValidationError("traffic", f"VirtualMetricEvent/{vme.name} has a forecast source: the "
-                                  "scenario needs a traffic trace to forecast from")
+            raise ValidationError(
+                "traffic",
+                f"VirtualMetricEvent/{vme.name} has a forecast source: the "
+                "scenario needs a traffic trace to forecast from",
+            )
         settings = _forecast_overrides(self.forecast, vme.source.config, vme.source.raw)
         return forecast_snapshots(self.trace, lo, hi, settings, lead)
 
@@ -308,8 +325,15 @@ def _forecast_overrides(settings: ForecastSettings, config: Any, raw: Any) -> Fo
     return replace(settings, **changes) if changes else settings
 
 
-def forecast_snapshots(trace: Trace, lo: float, hi: float, settings: ForecastSettings, lead: float,
-                       fit: ForecastFn | None = None, batch: int = 64) -> Snapshots:
+def forecast_snapshots(
+    trace: Trace,
+    lo: float,
+    hi: float,
+    settings: ForecastSettings,
+    lead: float,
+    fit: ForecastFn | None = None,
+    batch: int = 64,
+) -> Snapshots:
     """Refit every `settings.refit` seconds on the trailing history; items are the next bins.
 
     Refits whose history fills the whole lookback have equally long inputs, so they go through
@@ -333,11 +357,17 @@ def forecast_snapshots(trace: Trace, lo: float, hi: float, settings: ForecastSet
     errors: list[str | None] = [None] * len(refits)
     full = [i for i, (_, v) in enumerate(histories) if len(v) == lookback]
     for chunk in range(0, len(full) if many is not None else 0, batch):
-        index = full[chunk:chunk + batch]
+        index = full[chunk : chunk + batch]
         try:
             assert many is not None
-            out = many(np.stack([histories[i][1] for i in index]), step, horizon, model=settings.model,
-                       season=settings.season, quantile=settings.quantile)
+            out = many(
+                np.stack([histories[i][1] for i in index]),
+                step,
+                horizon,
+                model=settings.model,
+                season=settings.season,
+                quantile=settings.quantile,
+            )
             for i, res in zip(index, out):
                 results[i] = res
         except ValueError:
@@ -346,8 +376,9 @@ def forecast_snapshots(trace: Trace, lo: float, hi: float, settings: ForecastSet
         if results[i] is not None or len(values) < 2:
             continue
         try:
-            results[i] = fit(values, step, horizon, model=settings.model, season=settings.season,
-                             quantile=settings.quantile)
+            results[i] = fit(
+                values, step, horizon, model=settings.model, season=settings.season, quantile=settings.quantile
+            )
         except ValueError as exc:
             errors[i] = str(exc)
     snaps = Snapshots()
@@ -379,8 +410,14 @@ class SimpleForecast:
     note: str = ""
 
 
-def seasonal_naive(values: np.ndarray, step: float, horizon: int, model: str = "seasonalNaive",
-                   season: float | None = None, quantile: float = 0.9) -> SimpleForecast:
+def seasonal_naive(
+    values: np.ndarray,
+    step: float,
+    horizon: int,
+    model: str = "seasonalNaive",
+    season: float | None = None,
+    quantile: float = 0.9,
+) -> SimpleForecast:
     """Fallback forecaster: repeat the last day (or the last value), interval from past errors."""
     values = np.asarray(values, dtype=float)
     m = round((season or 86400.0) / step)

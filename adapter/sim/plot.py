@@ -50,13 +50,16 @@ def window_mask(times: np.ndarray, window: PlotWindow) -> np.ndarray:
     if window.end is not None:
         mask &= times < window.end
     if not mask.any():
-        raise ValueError(f"the plot window [{_iso(window.start)}, {_iso(window.end)}) holds no tick of the run "
-                         f"[{_iso(float(times[0]))}, {_iso(float(times[-1]))}]")
+        raise ValueError(
+            f"the plot window [{_iso(window.start)}, {_iso(window.end)}) holds no tick of the run "
+            f"[{_iso(float(times[0]))}, {_iso(float(times[-1]))}]"
+        )
     return mask
 
 
-def plot_result(result: SimulationResult, path: Path, window: PlotWindow | None = None,
-                unit: str = "trace units") -> dict[str, Any]:
+def plot_result(
+    result: SimulationResult, path: Path, window: PlotWindow | None = None, unit: str = "trace units"
+) -> dict[str, Any]:
     """Write the PNG; returns what was drawn (legend labels, axis labels, time range) for checks."""
     import matplotlib
 
@@ -77,13 +80,22 @@ def plot_result(result: SimulationResult, path: Path, window: PlotWindow | None 
         for name, run in runs.items():
             color = COLORS.get(name, "tab:purple")
             capacity = np.asarray(run.ready, dtype=float)[mask] * cap
-            handles += load_ax.step(when, capacity, where="post", lw=1.1, color=color,
-                                    label=f"ready capacity, {name}")
+            handles += load_ax.step(when, capacity, where="post", lw=1.1, color=color, label=f"ready capacity, {name}")
             short = demand > capacity
             if short.any():
-                handles.append(load_ax.fill_between(when, capacity, demand, where=short, step="post",
-                                                    color=color, alpha=0.3, lw=0,
-                                                    label=f"unserved demand, {name}"))
+                handles.append(
+                    load_ax.fill_between(
+                        when,
+                        capacity,
+                        demand,
+                        where=short,
+                        step="post",
+                        color=color,
+                        alpha=0.3,
+                        lw=0,
+                        label=f"unserved demand, {name}",
+                    )
+                )
         handles += load_ax.step(when, demand, where="post", color="black", lw=1.0, label="demand")
         load_ax.set_ylabel(f"load [{unit}]")
         load_ax.set_ylim(bottom=0)
@@ -96,8 +108,14 @@ def plot_result(result: SimulationResult, path: Path, window: PlotWindow | None 
     for name, run in runs.items():
         replicas = np.asarray(run.replicas, dtype=float)[mask]
         top = max(top, float(replicas.max()))
-        handles += replica_ax.step(when, replicas, where="post", color=COLORS.get(name, "tab:purple"),
-                                   label=f"replicas, {name}", **replica_style)
+        handles += replica_ax.step(
+            when,
+            replicas,
+            where="post",
+            color=COLORS.get(name, "tab:purple"),
+            label=f"replicas, {name}",
+            **replica_style,
+        )
     replica_ax.axhline(sc.hpa.max_replicas, color="grey", lw=0.6, ls=":")
     replica_ax.set_ylabel("replicas [pods]")
     if replica_ax is load_ax:
@@ -115,16 +133,21 @@ def plot_result(result: SimulationResult, path: Path, window: PlotWindow | None 
     load_ax.legend(handles=handles, loc="upper left", fontsize=8, ncol=2, framealpha=0.85)
     summaries = "   ".join(
         f"{run_label(key, result)}: {s.unserved_share:.2%} unserved, {s.pod_hours:.1f} pod-h"
-        for key, s in result.summaries.items() if s.unserved_share is not None)
-    fig.suptitle(f"HPA {sc.hpa.namespace}/{sc.hpa.name}" + (f"\nwhole run: {summaries}" if summaries else ""),
-                 fontsize=10)
+        for key, s in result.summaries.items()
+        if s.unserved_share is not None
+    )
+    fig.suptitle(
+        f"HPA {sc.hpa.namespace}/{sc.hpa.name}" + (f"\nwhole run: {summaries}" if summaries else ""), fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return {"labels": [h.get_label() for h in handles],
-            "axes": [load_ax.get_ylabel(), replica_ax.get_ylabel(), load_ax.get_xlabel()],
-            "twin_axes": replica_ax is not load_ax,
-            "range": (float(times[mask][0]), float(times[mask][-1]))}
+    return {
+        "labels": [h.get_label() for h in handles],
+        "axes": [load_ax.get_ylabel(), replica_ax.get_ylabel(), load_ax.get_xlabel()],
+        "twin_axes": replica_ax is not load_ax,
+        "range": (float(times[mask][0]), float(times[mask][-1])),
+    }
 
 
 def _iso(t: float | None) -> str:

@@ -31,7 +31,7 @@ def parse_quantity(text: object) -> Decimal:
             raise QuantityError(f"invalid quantity {text!r}: not finite")
         text = repr(text)  # a YAML number: its shortest repr is what the author wrote (12.5, 0.1)
     if not isinstance(text, str):
-        raise QuantityError(f"invalid quantity {text!r}: expected a string such as \"10\", \"500m\" or \"2k\"")
+        raise QuantityError(f'invalid quantity {text!r}: expected a string such as "10", "500m" or "2k"')
     return _quantity.parse_quantity(text)
 
 

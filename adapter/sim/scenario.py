@@ -32,8 +32,22 @@ from adapter.sim.quantity import QuantityError, milli_value, parse_quantity
 from adapter.sim.traffic import INTERPOLATIONS, Trace, load_trace, trace_from_arrays
 from adapter.sim.workload import StartupDelay, parse_startup_delay
 
-TOP_LEVEL = ("hpa", "tick", "start", "duration", "workload", "traffic", "metrics", "manifests",
-             "manifestFiles", "recorded", "adapterLatency", "forecast", "controller", "baselines")
+TOP_LEVEL = (
+    "hpa",
+    "tick",
+    "start",
+    "duration",
+    "workload",
+    "traffic",
+    "metrics",
+    "manifests",
+    "manifestFiles",
+    "recorded",
+    "adapterLatency",
+    "forecast",
+    "controller",
+    "baselines",
+)
 PRODUCERS = ("traffic", "prescaler", "replay")
 MAX_TICKS = 5_000_000
 
@@ -122,8 +136,10 @@ def parse_scenario(doc: Any, base_dir: Path | None = None) -> Scenario:
     metrics = _metric_sources(doc.get("metrics"), hpa, trace is not None)
     replay_lengths = {len(m.values) for m in metrics.values() if m.kind == "replay"}
     if len(replay_lengths) > 1:
-        raise ValidationError("metrics", f"replay lists differ in length ({sorted(replay_lengths)}); "
-                              "give one value per tick for every metric")
+        raise ValidationError(
+            "metrics",
+            f"replay lists differ in length ({sorted(replay_lengths)}); give one value per tick for every metric",
+        )
 
     start = _number(doc["start"], "start") if doc.get("start") is not None else (trace.start if trace else 0.0)
     if doc.get("duration") is not None:
@@ -146,11 +162,22 @@ def parse_scenario(doc: Any, base_dir: Path | None = None) -> Scenario:
     manifests = _manifests(doc.get("manifests"), doc.get("manifestFiles"), base_dir)
     manifests, learned = _resolve_auto_lead_times(manifests, hpa, workload)
     if any(m.kind == "prescaler" for m in metrics.values()) and not manifests:
-        raise ValidationError("manifests", "a metric comes from the prescaler: give the VirtualMetric and "
-                              "VirtualMetricEvent manifests (manifests or manifestFiles)")
+        raise ValidationError(
+            "manifests",
+            "a metric comes from the prescaler: give the VirtualMetric and "
+            "VirtualMetricEvent manifests (manifests or manifestFiles)",
+        )
     return Scenario(
-        hpa=hpa, hpa_doc=doc["hpa"], tick=tick, start=start, ticks=ticks, workload=workload,
-        metrics=metrics, trace=trace, interpolation=interpolation, manifests=manifests,
+        hpa=hpa,
+        hpa_doc=doc["hpa"],
+        tick=tick,
+        start=start,
+        ticks=ticks,
+        workload=workload,
+        metrics=metrics,
+        trace=trace,
+        interpolation=interpolation,
+        manifests=manifests,
         recorded=_recorded(doc.get("recorded"), start),
         forecast=_forecast(doc.get("forecast")),
         controller=_controller(doc.get("controller")),
@@ -162,8 +189,9 @@ def parse_scenario(doc: Any, base_dir: Path | None = None) -> Scenario:
 AUTO_LEAD_SAMPLES = 50  # simulated pods whose start-up the rule sees (as many as it keeps in a cluster)
 
 
-def _resolve_auto_lead_times(manifests: list[Mapping[str, Any]], hpa: HpaSpec, workload: Workload
-                             ) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+def _resolve_auto_lead_times(
+    manifests: list[Mapping[str, Any]], hpa: HpaSpec, workload: Workload
+) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     """`leadTime: Auto` in the simulator: the cluster rule applied to the workload model's pods.
 
     Start-up delays of AUTO_LEAD_SAMPLES pods are drawn from `workload.startupDelay` (its own seed),
@@ -177,8 +205,9 @@ def _resolve_auto_lead_times(manifests: list[Mapping[str, Any]], hpa: HpaSpec, w
         spec = doc.get("spec") if isinstance(doc, Mapping) else None
         if doc.get("kind") == "VirtualMetric" and isinstance(spec, Mapping) and spec.get("leadTime") == "Auto":
             delays = workload.startup_delay.sampler().draw(AUTO_LEAD_SAMPLES)
-            estimate = learn_lead_time([(f"sim-pod-{i}", d) for i, d in enumerate(delays)], hpa,
-                                       max(workload.replicas, hpa.min_replicas, 1))
+            estimate = learn_lead_time(
+                [(f"sim-pod-{i}", d) for i, d in enumerate(delays)], hpa, max(workload.replicas, hpa.min_replicas, 1)
+            )
             name = str((doc.get("metadata") or {}).get("name", ""))
             learned[name] = estimate
             doc = {**doc, "spec": {**spec, "leadTime": f"{estimate.seconds:.3f}s"}}
@@ -203,8 +232,12 @@ def _workload(raw: Any, hpa: HpaSpec) -> Workload:
     band = _number(raw.get("band", 0.2), "workload.band")
     if not 0 <= band <= 10:
         raise ValidationError("workload.band", "expected a fraction between 0 and 10")
-    return Workload(replicas=replicas, startup_delay=parse_startup_delay(raw.get("startupDelay"), "workload.startupDelay"),
-                    capacity_per_pod=capacity, band=band)
+    return Workload(
+        replicas=replicas,
+        startup_delay=parse_startup_delay(raw.get("startupDelay"), "workload.startupDelay"),
+        capacity_per_pod=capacity,
+        band=band,
+    )
 
 
 def _traffic(raw: Any, base_dir: Path) -> tuple[Trace | None, str]:
@@ -269,14 +302,19 @@ def _metric_sources(raw: Any, hpa: HpaSpec, has_traffic: bool) -> dict[str, Metr
             raise ValidationError(path, "prescaler values are served as External metrics")
         resource = spec.get("resource", metric.resource_label)
         if kind == "prescaler" and not isinstance(resource, str):
-            raise ValidationError(f"{path}.resource", "required: the target resource name (or put "
-                                  "matchLabels.resource in the HPA metric's selector)")
+            raise ValidationError(
+                f"{path}.resource",
+                "required: the target resource name (or put matchLabels.resource in the HPA metric's selector)",
+            )
         namespace = spec.get("namespace", hpa.namespace)
         out[name] = MetricSource(kind, latency, namespace=str(namespace), resource=resource)
     for name in hpa_names:
         if name not in out:
-            raise ValidationError(f"metrics.{name}", "required: say how the HPA metric gets its value "
-                                  "(a list of values per tick, or {from: traffic|prescaler})")
+            raise ValidationError(
+                f"metrics.{name}",
+                "required: say how the HPA metric gets its value "
+                "(a list of values per tick, or {from: traffic|prescaler})",
+            )
     return out
 
 
@@ -366,10 +404,13 @@ def _forecast(raw: Any) -> ForecastSettings:
     if not isinstance(model, str):
         raise ValidationError("forecast.model", "expected a model name")
     return ForecastSettings(
-        refit=refit, lookback=_duration(raw.get("lookback", "336h"), "forecast.lookback"),
-        model=model, quantile=quantile,
+        refit=refit,
+        lookback=_duration(raw.get("lookback", "336h"), "forecast.lookback"),
+        model=model,
+        quantile=quantile,
         season=_duration(raw["season"], "forecast.season") if raw.get("season") is not None else None,
-        horizon=_duration(raw["horizon"], "forecast.horizon") if raw.get("horizon") is not None else None)
+        horizon=_duration(raw["horizon"], "forecast.horizon") if raw.get("horizon") is not None else None,
+    )
 
 
 def _controller(raw: Any) -> ControllerConfig:
@@ -383,10 +424,11 @@ def _controller(raw: Any) -> ControllerConfig:
     configurable = raw.get("configurableTolerance", True)
     if not isinstance(configurable, bool):
         raise ValidationError("controller.configurableTolerance", "expected true or false")
-    return ControllerConfig(tolerance=tolerance,
-                            downscale_stabilization=_duration(raw.get("downscaleStabilization", "5m"),
-                                                              "controller.downscaleStabilization"),
-                            configurable_tolerance=configurable)
+    return ControllerConfig(
+        tolerance=tolerance,
+        downscale_stabilization=_duration(raw.get("downscaleStabilization", "5m"), "controller.downscaleStabilization"),
+        configurable_tolerance=configurable,
+    )
 
 
 def _baselines(raw: Any) -> Baselines:
@@ -408,8 +450,9 @@ def _baselines(raw: Any) -> Baselines:
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValidationError(path, "required: expected an object" if value is None
-                              else f"expected an object, got {type(value).__name__}")
+        raise ValidationError(
+            path, "required: expected an object" if value is None else f"expected an object, got {type(value).__name__}"
+        )
     return value
 
 

@@ -67,8 +67,13 @@ def parse_startup_delay(raw: Any, path: str) -> StartupDelay:
     kind = raw.get("distribution", "fixed")
     if kind not in DISTRIBUTIONS:
         raise ValidationError(f"{path}.distribution", f"expected one of {', '.join(DISTRIBUTIONS)}, got {kind!r}")
-    allowed = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "stddev"),
-               "lognormal": ("median", "sigma"), "exponential": ("mean",)}[kind]
+    allowed = {
+        "fixed": ("value",),
+        "uniform": ("min", "max"),
+        "normal": ("mean", "stddev"),
+        "lognormal": ("median", "sigma"),
+        "exponential": ("mean",),
+    }[kind]
     for key in raw:
         if key not in allowed + ("distribution", "seed"):
             raise ValidationError(f"{path}.{key}", f"unknown field for {kind} (allowed: {', '.join(allowed)}, seed)")
@@ -148,6 +153,5 @@ class Pods:
         # Not-ready pods go first, newest first; then ready pods.
         take = min(count, len(self.starting))
         if take:
-            del self.starting[len(self.starting) - take:]
+            del self.starting[len(self.starting) - take :]
         self.ready_count -= count - take
-

@@ -58,8 +58,9 @@ class ApiSource(Source[ApiConfig]):
         return f"api {safe_url(self.config.http.url)}"
 
     async def fetch(self, now: float) -> FetchResult:
-        return await get_document(self._client, self.config.http, self.context, timeout=self.common.timeout,
-                                  parse=parse_items_response)
+        return await get_document(
+            self._client, self.config.http, self.context, timeout=self.common.timeout, parse=parse_items_response
+        )
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -74,12 +75,12 @@ def parse_items_document(body: bytes, where: str) -> FetchResult:
     """Items of a seed-format document, with warnings for the items that were skipped."""
     document = read_member_array(body, "items", where, MAX_ITEMS)
     if not document.is_object:
-        raise SourceError(f"{where}: expected a JSON object with an \"items\" list, got {json_type(document.value)}")
+        raise SourceError(f'{where}: expected a JSON object with an "items" list, got {json_type(document.value)}')
     if not document.found:
-        raise SourceError(f"{where}: the JSON object has no \"items\" key (expected {{\"items\": [...]}})")
+        raise SourceError(f'{where}: the JSON object has no "items" key (expected {{"items": [...]}})')
     raw_items = document.value if document.value is not None else []
     if not isinstance(raw_items, list):
-        raise SourceError(f"{where}: \"items\" must be a list, got {json_type(raw_items)}")
+        raise SourceError(f'{where}: "items" must be a list, got {json_type(raw_items)}')
     items: list[Item] = []
     warnings: list[str] = []
     skipped = 0

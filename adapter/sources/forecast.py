@@ -86,8 +86,9 @@ def parse_long_duration(value: Any) -> float:
     return parse_duration(value)
 
 
-def read_long_duration(obj: Mapping[str, Any], key: str, path: str, default: float | None,
-                       minimum: float, maximum: float) -> float | None:
+def read_long_duration(
+    obj: Mapping[str, Any], key: str, path: str, default: float | None, minimum: float, maximum: float
+) -> float | None:
     if key not in obj or obj[key] is None:
         return default
     return read_duration(obj, key, path, 0.0, minimum, maximum, parser=parse_long_duration)
@@ -142,15 +143,23 @@ def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
     if effective_step is not None and horizon / effective_step > MAX_OUTPUT_STEPS:
         raise ValidationError(f"{path}.horizon", f"more than {MAX_OUTPUT_STEPS} steps of {effective_step:g}s")
     if isinstance(history, PrometheusHistory) and history.length / history.step > MAX_HISTORY_POINTS:
-        raise ValidationError(f"{path}.history.prometheus.length",
-                              f"more than {MAX_HISTORY_POINTS} points at step {history.step:g}s")
+        raise ValidationError(
+            f"{path}.history.prometheus.length", f"more than {MAX_HISTORY_POINTS} points at step {history.step:g}s"
+        )
     regressors: tuple[Any, ...] = ()
     if spec.get("regressors") is not None:
         from adapter.sources.forecast_regressors import parse_regressors
 
         regressors = parse_regressors(spec["regressors"], f"{path}.regressors", _parse_history)
-    return ForecastConfig(history=history, model=model, season=season, horizon=horizon, step=step,
-                          quantile=quantile, regressors=regressors)
+    return ForecastConfig(
+        history=history,
+        model=model,
+        season=season,
+        horizon=horizon,
+        step=step,
+        quantile=quantile,
+        regressors=regressors,
+    )
 
 
 def _parse_history(raw: Any, path: str) -> PrometheusHistory | ApiHistory:
@@ -163,20 +172,23 @@ def _parse_history(raw: Any, path: str) -> PrometheusHistory | ApiHistory:
         block = expect_mapping(history["prometheus"], where)
         reject_unknown(block, ENDPOINT_FIELDS + ("query", "step", "length"), where)
         step = read_long_duration(block, "step", where, DEFAULT_HISTORY_STEP, minimum=1.0, maximum=86400.0)
-        length = read_long_duration(block, "length", where, DEFAULT_HISTORY_LENGTH, minimum=60.0,
-                                    maximum=MAX_HISTORY_LENGTH)
+        length = read_long_duration(
+            block, "length", where, DEFAULT_HISTORY_LENGTH, minimum=60.0, maximum=MAX_HISTORY_LENGTH
+        )
         assert step is not None and length is not None
         if length < MIN_HISTORY_POINTS * step:
             raise ValidationError(f"{where}.length", f"must cover at least {MIN_HISTORY_POINTS} steps")
-        return PrometheusHistory(endpoint=parse_endpoint(block, where), query=parse_query(block, where),
-                                 step=step, length=length)
+        return PrometheusHistory(
+            endpoint=parse_endpoint(block, where), query=parse_query(block, where), step=step, length=length
+        )
     where = f"{path}.api"
     block = expect_mapping(history["api"], where)
     reject_unknown(block, HTTP_OPTION_FIELDS + ("step", "length"), where)
-    return ApiHistory(http=parse_http_options(block, where),
-                      step=read_long_duration(block, "step", where, None, minimum=1.0, maximum=86400.0),
-                      length=read_long_duration(block, "length", where, None, minimum=60.0,
-                                                maximum=MAX_HISTORY_LENGTH))
+    return ApiHistory(
+        http=parse_http_options(block, where),
+        step=read_long_duration(block, "step", where, None, minimum=1.0, maximum=86400.0),
+        length=read_long_duration(block, "length", where, None, minimum=60.0, maximum=MAX_HISTORY_LENGTH),
+    )
 
 
 # ---------------------------------------------------------------- history documents
@@ -193,24 +205,26 @@ def parse_history_document(body: bytes, where: str) -> Series:
     if text[:1] in (b"{", b"["):
         document = load_json(body, where)
         if not isinstance(document, dict) or not isinstance(document.get("history"), list):
-            raise SourceError(f"{where}: expected JSON {{\"history\": [[timestamp, value], ...]}}")
+            raise SourceError(f'{where}: expected JSON {{"history": [[timestamp, value], ...]}}')
         labels = document.get("labels") or {}
-        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in labels.items()):
-            raise SourceError(f"{where}: \"labels\" must be a map of strings")
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise SourceError(f'{where}: "labels" must be a map of strings')
         # JSON null is a gap (NaN), as many exporters write missing points.
-        rows = [[math.nan if x is None else x for x in row] if isinstance(row, list) else row
-                for row in document["history"]]
+        rows = [
+            [math.nan if x is None else x for x in row] if isinstance(row, list) else row for row in document["history"]
+        ]
         try:
             if any(isinstance(x, (bool, str)) for row in rows if isinstance(row, list) for x in row):
                 raise ValueError
             pairs = np.array(rows, dtype=float)
         except (TypeError, ValueError):
-            raise SourceError(f"{where}: \"history\" must be a list of [timestamp, value] number pairs") from None
+            raise SourceError(f'{where}: "history" must be a list of [timestamp, value] number pairs') from None
         if pairs.size == 0:
             pairs = pairs.reshape(0, 2)
         if pairs.ndim != 2 or pairs.shape[1] != 2:
-            raise SourceError(f"{where}: \"history\" must be a list of [timestamp, value] pairs")
+            raise SourceError(f'{where}: "history" must be a list of [timestamp, value] pairs')
         return dict(labels), pairs[:, 0], pairs[:, 1]
     return {}, *_parse_csv(body, where)
 
@@ -223,7 +237,9 @@ def _parse_csv(body: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     return series.timestamps, series.values
 
 
-def regularize(timestamps: np.ndarray, values: np.ndarray, step: float, since: float | None) -> tuple[float, np.ndarray]:
+def regularize(
+    timestamps: np.ndarray, values: np.ndarray, step: float, since: float | None
+) -> tuple[float, np.ndarray]:
     """Values on an equally spaced grid ending at the newest timestamp (NaN where nothing fell).
 
     Samples are binned to the nearest grid point and averaged, which both aligns irregular data and
@@ -288,8 +304,11 @@ class ForecastSource(Source[ForecastConfig]):
             from adapter.sources.forecast_regressors import RegressorReader
 
             self._regressors = RegressorReader(
-                config.regressors, lambda h: ForecastSource(ForecastConfig(h, "auto", None, 3600.0, None, 0.9),
-                                                            common, context), common, context)
+                config.regressors,
+                lambda h: ForecastSource(ForecastConfig(h, "auto", None, 3600.0, None, 0.9), common, context),
+                common,
+                context,
+            )
 
     def fetch_deadline(self) -> float:
         """Seconds a whole fetch may take: the HTTP timeout covers only the download, the fit
@@ -306,8 +325,11 @@ class ForecastSource(Source[ForecastConfig]):
 
     def describe(self) -> str:
         history = self.config.history
-        where = (f"api {safe_url(history.http.url)}" if isinstance(history, ApiHistory)
-                 else f"prometheus {safe_url(history.endpoint.http.url)}")
+        where = (
+            f"api {safe_url(history.http.url)}"
+            if isinstance(history, ApiHistory)
+            else f"prometheus {safe_url(history.endpoint.http.url)}"
+        )
         return f"forecast {self.config.model} from {where}"
 
     async def _history(self, now: float) -> tuple[list[Series], float]:
@@ -321,8 +343,9 @@ class ForecastSource(Source[ForecastConfig]):
             series = await query_range(self._prometheus, history.query, end - history.length, end, history.step)
             return series, history.step
         assert self._http is not None
-        labels, timestamps, values = await get_document(self._http, history.http, self.context,
-                                                        timeout=self.common.timeout, parse=_history_response)
+        labels, timestamps, values = await get_document(
+            self._http, history.http, self.context, timeout=self.common.timeout, parse=_history_response
+        )
         if history.length is not None:
             keep = timestamps >= now - history.length
             timestamps, values = timestamps[keep], values[keep]
@@ -342,8 +365,9 @@ class ForecastSource(Source[ForecastConfig]):
             raise SourceError(f"no series could be forecast: {warnings[0]}")
         return FetchResult(items=items, warnings=warnings[:MAX_WARNINGS], note="; ".join(notes)[:MAX_NOTE])
 
-    def _forecast_all(self, fit_many: Any, series: list[Series], step: float,
-                      now: float) -> tuple[list[Item], list[str], list[str]]:
+    def _forecast_all(
+        self, fit_many: Any, series: list[Series], step: float, now: float
+    ) -> tuple[list[Item], list[str], list[str]]:
         config: ForecastConfig = self.config
         horizon_steps = max(1, math.ceil(config.horizon / step - 1e-9))
         warnings: list[str] = []
@@ -371,8 +395,9 @@ class ForecastSource(Source[ForecastConfig]):
             total = max(0, math.floor((now - last) / step)) + horizon_steps
             if self._regressor_data is not None:
                 fitted = self._fit_fused(members, last, step, total, warnings)
-                effects.extend({"series": _describe_labels(labels), "regressors": r.effects.as_dict()}
-                               for labels, r in fitted)
+                effects.extend(
+                    {"series": _describe_labels(labels), "regressors": r.effects.as_dict()} for labels, r in fitted
+                )
             else:
                 fitted = self._fit_group(fit_many, members, step, total, warnings)
             for labels, result in fitted:
@@ -383,8 +408,14 @@ class ForecastSource(Source[ForecastConfig]):
         self.last_effects = effects
         return items, notes, warnings
 
-    def _fit_fused(self, members: list[tuple[dict[str, str], np.ndarray]], last: float, step: float,
-                   total: int, warnings: list[str]) -> list[tuple[dict[str, str], Any]]:
+    def _fit_fused(
+        self,
+        members: list[tuple[dict[str, str], np.ndarray]],
+        last: float,
+        step: float,
+        total: int,
+        warnings: list[str],
+    ) -> list[tuple[dict[str, str], Any]]:
         """One series at a time with the announced regressors (adapter.forecast.regressors)."""
         from adapter.forecast.regressors import fit_predict_fused
 
@@ -393,17 +424,31 @@ class ForecastSource(Source[ForecastConfig]):
         out = []
         for labels, grid in members:
             try:
-                result = fit_predict_fused(grid, step, total, data.on_grid(last, step, grid.size),
-                                           data.ahead(last, step, total), data.names, model=config.model,
-                                           season=config.season, quantile=config.quantile)
+                result = fit_predict_fused(
+                    grid,
+                    step,
+                    total,
+                    data.on_grid(last, step, grid.size),
+                    data.ahead(last, step, total),
+                    data.names,
+                    model=config.model,
+                    season=config.season,
+                    quantile=config.quantile,
+                )
             except (ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
                 warnings.append(f"series {_describe_labels(labels)}: {exc}")
                 continue
             out.append((labels, result))
         return out
 
-    def _fit_group(self, fit_many: Any, members: list[tuple[dict[str, str], np.ndarray]], step: float,
-                   total: int, warnings: list[str]) -> list[tuple[dict[str, str], Any]]:
+    def _fit_group(
+        self,
+        fit_many: Any,
+        members: list[tuple[dict[str, str], np.ndarray]],
+        step: float,
+        total: int,
+        warnings: list[str],
+    ) -> list[tuple[dict[str, str], Any]]:
         config: ForecastConfig = self.config
         options = {"model": config.model, "season": config.season, "quantile": config.quantile}
         try:

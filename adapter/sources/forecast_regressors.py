@@ -66,15 +66,17 @@ def parse_regressors(raw: Any, path: str, parse_history: Any) -> tuple[Regressor
             raise ValidationError(f"{where}.name", f"duplicate regressor name {name!r}")
         value = read_string(entry, "value", where, default=name) or name
         if "history" not in entry:
-            raise ValidationError(f"{where}.history", "required: the announced values of the past "
-                                  "({prometheus: {...}} or {api: {...}})")
+            raise ValidationError(
+                f"{where}.history", "required: the announced values of the past ({prometheus: {...}} or {api: {...}})"
+            )
         history = parse_history(entry["history"], f"{where}.history")
         future = expect_mapping(entry.get("future"), f"{where}.future")
         if len(future) != 1 or next(iter(future)) not in FUTURE_KINDS:
             raise ValidationError(f"{where}.future", f"exactly one of {', '.join(FUTURE_KINDS)}")
         kind = next(iter(future))
-        parsed = config_parsers()[kind](kind, expect_mapping(future[kind], f"{where}.future.{kind}"),
-                                        f"{where}.future.{kind}")
+        parsed = config_parsers()[kind](
+            kind, expect_mapping(future[kind], f"{where}.future.{kind}"), f"{where}.future.{kind}"
+        )
         out.append(RegressorConfig(name, value, history, kind, parsed))
     return tuple(out)
 
@@ -101,8 +103,11 @@ class RegressorData:
     def ahead(self, last: float, step: float, count: int) -> np.ndarray:
         """(count, k) announced values at the forecast steps after `last`."""
         times = last + step * np.arange(1, count + 1, dtype=float)
-        return np.column_stack([_items_at(times, items, value) for items, value in zip(self.future, self.values)]) \
-            if self.names else np.zeros((count, 0))
+        return (
+            np.column_stack([_items_at(times, items, value) for items, value in zip(self.future, self.values)])
+            if self.names
+            else np.zeros((count, 0))
+        )
 
 
 def _nearest(grid: np.ndarray, stamps: np.ndarray, values: np.ndarray, step: float) -> np.ndarray:
@@ -133,8 +138,13 @@ def _items_at(times: np.ndarray, items: Sequence[Item], value: str) -> np.ndarra
 class RegressorReader:
     """Reads the regressors of one forecast source: history like the load's, future via a source."""
 
-    def __init__(self, regressors: Sequence[RegressorConfig], history_reader: Any, common: CommonSourceSettings,
-                 context: SourceContext):
+    def __init__(
+        self,
+        regressors: Sequence[RegressorConfig],
+        history_reader: Any,
+        common: CommonSourceSettings,
+        context: SourceContext,
+    ):
         from adapter.sources.registry import create_source
 
         self.regressors = tuple(regressors)
@@ -160,8 +170,9 @@ class RegressorReader:
                 future.append(list((await source.fetch(now)).items))
             except SourceError as exc:
                 raise SourceError(f"regressor {r.name}: future: {exc}") from None
-        return RegressorData(tuple(r.name for r in self.regressors), history, future,
-                             tuple(r.value for r in self.regressors))
+        return RegressorData(
+            tuple(r.name for r in self.regressors), history, future, tuple(r.value for r in self.regressors)
+        )
 
     async def close(self) -> None:
         for reader in self._history:

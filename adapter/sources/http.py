@@ -49,18 +49,24 @@ MAX_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 MAX_HEADERS = 32
 
 METADATA_HOSTNAMES = frozenset({"metadata.google.internal", "metadata.goog", "metadata"})
-METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, Oracle
-    "fd00:ec2::254",    # AWS IMDS over IPv6 (a ULA address, so not caught by the link-local rule)
-    "100.100.100.200",  # Alibaba Cloud (CGNAT range)
-    "169.254.170.2",    # AWS ECS task metadata
-))
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, Oracle
+        "fd00:ec2::254",  # AWS IMDS over IPv6 (a ULA address, so not caught by the link-local rule)
+        "100.100.100.200",  # Alibaba Cloud (CGNAT range)
+        "169.254.170.2",  # AWS ECS task metadata
+    )
+)
 _LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
 _LINK_LOCAL_V6 = ipaddress.ip_network("fe80::/10")
 # IPv6 prefixes whose last 32 bits are an IPv4 address the packet ends up at: the deprecated
 # IPv4-compatible form (::a.b.c.d) and NAT64 (RFC 6052 well-known prefix, RFC 8215 local-use prefix).
-_EMBEDS_V4_LOW32 = (ipaddress.ip_network("::/96"), ipaddress.ip_network("64:ff9b::/96"),
-                    ipaddress.ip_network("64:ff9b:1::/48"))
+_EMBEDS_V4_LOW32 = (
+    ipaddress.ip_network("::/96"),
+    ipaddress.ip_network("64:ff9b::/96"),
+    ipaddress.ip_network("64:ff9b:1::/48"),
+)
 # A host made only of digits, dots and hex digits after 0x: some IPv4 number that is not dotted
 # decimal (getaddrinfo reads "0251.0376.0251.0376" as octal, "2852039166" as one integer).
 _NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*\.?$", re.IGNORECASE)
@@ -126,8 +132,9 @@ def parse_http_options(block: Mapping[str, Any], path: str) -> HttpOptions:
     max_bytes = read_number(block, "maxResponseBytes", path, default=DEFAULT_MAX_RESPONSE_BYTES)
     assert max_bytes is not None
     if max_bytes != int(max_bytes) or not 1024 <= max_bytes <= MAX_MAX_RESPONSE_BYTES:
-        raise ValidationError(f"{path}.maxResponseBytes",
-                              f"must be an integer between 1024 and {MAX_MAX_RESPONSE_BYTES}")
+        raise ValidationError(
+            f"{path}.maxResponseBytes", f"must be an integer between 1024 and {MAX_MAX_RESPONSE_BYTES}"
+        )
     return HttpOptions(
         url=url,
         headers=parse_headers(block.get("headers"), f"{path}.headers"),
@@ -155,8 +162,11 @@ def check_url(url: str, path: str) -> None:
     host = parts.hostname
     if _NUMERIC_HOST.match(host) and not _is_dotted_decimal(host):
         # Resolvers disagree on these (octal, hex, one integer); they mostly hide a metadata address.
-        raise ValidationError(path, f"host {host!r} is a numeric IPv4 form other than dotted decimal "
-                              "(a.b.c.d); write the address in dotted decimal")
+        raise ValidationError(
+            path,
+            f"host {host!r} is a numeric IPv4 form other than dotted decimal "
+            "(a.b.c.d); write the address in dotted decimal",
+        )
     try:
         httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -363,9 +373,14 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         self._allow = allow_link_local
         self._resolver = resolver
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         if not self._allow and host.lower().rstrip(".") in METADATA_HOSTNAMES:
             raise AddressRefused(f"host {host} is a cloud metadata service")
         addresses = await self._resolver(host, port)
@@ -380,15 +395,17 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         last_error: Exception | None = None
         for address in addresses:
             try:
-                return await self._inner.connect_tcp(address, port, timeout=timeout, local_address=local_address,
-                                                     socket_options=socket_options)
+                return await self._inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
             except (httpcore.ConnectError, httpcore.ConnectTimeout, OSError) as exc:
                 last_error = exc
         assert last_error is not None
         raise last_error
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
         raise AddressRefused("unix sockets are not supported")
 
     async def sleep(self, seconds: float) -> None:
@@ -506,8 +523,9 @@ def _body_excerpt(body: bytes) -> str:
 class HttpClient:
     """A source's handle on the shared connection pool. Create and use inside the event loop."""
 
-    def __init__(self, tls: TlsConfig = TlsConfig(), allow_link_local: bool = False,
-                 resolver: Resolver = system_resolver):
+    def __init__(
+        self, tls: TlsConfig = TlsConfig(), allow_link_local: bool = False, resolver: Resolver = system_resolver
+    ):
         self._key = _PoolKey(tls, allow_link_local, resolver)
         self._pools: _LoopPools | None = None
         self._client: httpx.AsyncClient | None = None
@@ -518,9 +536,15 @@ class HttpClient:
             self._client = self._pools.acquire(self._key)
         return self._pools, self._client
 
-    async def get(self, url: str, *, timeout: float, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                  headers: Mapping[str, str] | None = None,
-                  params: Mapping[str, str] | None = None) -> HttpResponse:
+    async def get(
+        self,
+        url: str,
+        *,
+        timeout: float,
+        max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> HttpResponse:
         """GET `url`; the response body is read up to `max_bytes`. Any failure is a SourceError."""
         shown = safe_url(url)
         pools, client = self._ensure()
@@ -542,19 +566,27 @@ class HttpClient:
         except OSError as exc:
             raise SourceError(f"GET {shown}: {exc.strerror or exc}") from None
 
-    async def _get(self, client: httpx.AsyncClient, url: str, shown: str, max_bytes: int, timeout: float,
-                   headers: Mapping[str, str] | None, params: Mapping[str, str] | None) -> HttpResponse:
-        request_headers = {"Accept": "application/json, text/csv;q=0.9, */*;q=0.5",
-                           "Accept-Encoding": "gzip, deflate"}
+    async def _get(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        shown: str,
+        max_bytes: int,
+        timeout: float,
+        headers: Mapping[str, str] | None,
+        params: Mapping[str, str] | None,
+    ) -> HttpResponse:
+        request_headers = {"Accept": "application/json, text/csv;q=0.9, */*;q=0.5", "Accept-Encoding": "gzip, deflate"}
         request_headers.update(headers or {})
-        async with client.stream("GET", url, headers=request_headers, params=params,
-                                 timeout=httpx.Timeout(timeout)) as response:
+        async with client.stream(
+            "GET", url, headers=request_headers, params=params, timeout=httpx.Timeout(timeout)
+        ) as response:
             declared = response.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes "
-                                  f"(Content-Length {declared})")
-            decoder = BoundedDecoder(response.headers.get_list("content-encoding", split_commas=True),
-                                     max_bytes, f"GET {shown}")
+                raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes (Content-Length {declared})")
+            decoder = BoundedDecoder(
+                response.headers.get_list("content-encoding", split_commas=True), max_bytes, f"GET {shown}"
+            )
             chunks: list[bytes] = []
             # Raw (still encoded) bytes: httpx would inflate a whole network chunk at once.
             async for raw in response.aiter_raw():
@@ -562,8 +594,12 @@ class HttpClient:
                     chunks.append(piece)
                     await asyncio.sleep(0)  # inflating is CPU work: let the loop serve in between
             decoder.finish()
-            return HttpResponse(status=response.status_code, body=b"".join(chunks),
-                                content_type=response.headers.get("content-type", ""), url=shown)
+            return HttpResponse(
+                status=response.status_code,
+                body=b"".join(chunks),
+                content_type=response.headers.get("content-type", ""),
+                url=shown,
+            )
 
     async def aclose(self) -> None:
         if self._client is not None and self._pools is not None:
@@ -610,11 +646,12 @@ class BoundedDecoder:
         names = [c.strip().lower() for c in codings if c.strip() and c.strip().lower() != "identity"]
         for name in names:
             if name not in _CODINGS:
-                raise SourceError(f"{what}: unsupported Content-Encoding {name[:40]!r} (gzip and deflate are "
-                                  "accepted)")
+                raise SourceError(f"{what}: unsupported Content-Encoding {name[:40]!r} (gzip and deflate are accepted)")
         if len(names) > MAX_CODING_LAYERS:
-            raise SourceError(f"{what}: {len(names)} stacked content codings ({', '.join(names)}); at most "
-                              f"{MAX_CODING_LAYERS} are accepted")
+            raise SourceError(
+                f"{what}: {len(names)} stacked content codings ({', '.join(names)}); at most "
+                f"{MAX_CODING_LAYERS} are accepted"
+            )
         # Listed in the order they were applied: undo the last one first.
         self._layers = [_Inflater(name) for name in reversed(names)]
         self._produced = [0] * (len(self._layers) + 1)  # [0] counts wire bytes
@@ -648,16 +685,24 @@ class BoundedDecoder:
             raise SourceError(f"{self._what}: the compressed response is truncated")
 
 
-async def get_document(client: HttpClient, options: HttpOptions, context: SourceContext, *, timeout: float,
-                       parse: Callable[[HttpResponse], T], url: str | None = None,
-                       params: Mapping[str, str] | None = None,
-                       extra_headers: Mapping[str, str] | None = None) -> T:
+async def get_document(
+    client: HttpClient,
+    options: HttpOptions,
+    context: SourceContext,
+    *,
+    timeout: float,
+    parse: Callable[[HttpResponse], T],
+    url: str | None = None,
+    params: Mapping[str, str] | None = None,
+    extra_headers: Mapping[str, str] | None = None,
+) -> T:
     """The one way sources load a document over HTTP: GET with the block's options and limits, then
     `parse(response)` in a worker thread, so decoding a large body never blocks the event loop."""
     headers = resolve_headers(options.headers, context)
     headers.update(extra_headers or {})
-    response = await client.get(url or options.url, timeout=timeout, max_bytes=options.max_response_bytes,
-                                headers=headers, params=params)
+    response = await client.get(
+        url or options.url, timeout=timeout, max_bytes=options.max_response_bytes, headers=headers, params=params
+    )
     return await off_loop(parse, response)
 
 

@@ -61,8 +61,9 @@ def load_json(body: bytes, where: str, max_objects: int | None = None) -> Any:
     try:
         return decoder.decode(text)
     except _TooManyObjects:
-        raise SourceError(f"{where}: response has more than {max_objects} JSON objects; refused while "
-                          "reading") from None
+        raise SourceError(
+            f"{where}: response has more than {max_objects} JSON objects; refused while reading"
+        ) from None
     except json.JSONDecodeError as exc:
         raise _not_json(where, text, exc) from None
     except RecursionError:
@@ -96,21 +97,21 @@ def read_member_array(body: bytes, key: str, where: str, limit: int, what: str =
 
 def _read_member_array(text: str, key: str, where: str, limit: int, what: str) -> MemberArray:
     pos = _skip(text, 0)
-    if text[pos:pos + 1] != "{":
+    if text[pos : pos + 1] != "{":
         return MemberArray(False, False, _DECODER.decode(text))
     pos = _skip(text, pos + 1)
     result = MemberArray(True, False, None)
-    if text[pos:pos + 1] == "}":
+    if text[pos : pos + 1] == "}":
         return _end(text, pos + 1, result)
     while True:
-        if text[pos:pos + 1] != '"':
+        if text[pos : pos + 1] != '"':
             raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
         name, pos = _DECODER.raw_decode(text, pos)
         pos = _skip(text, pos)
-        if text[pos:pos + 1] != ":":
+        if text[pos : pos + 1] != ":":
             raise json.JSONDecodeError("Expecting ':' delimiter", text, pos)
         pos = _skip(text, pos + 1)
-        if name == key and text[pos:pos + 1] == "[":
+        if name == key and text[pos : pos + 1] == "[":
             elements, pos = _array(text, pos, where, limit, what)
             result = MemberArray(True, True, elements)
         else:
@@ -118,10 +119,10 @@ def _read_member_array(text: str, key: str, where: str, limit: int, what: str) -
             if name == key:
                 result = MemberArray(True, True, value)
         pos = _skip(text, pos)
-        if text[pos:pos + 1] == ",":
+        if text[pos : pos + 1] == ",":
             pos = _skip(text, pos + 1)
             continue
-        if text[pos:pos + 1] == "}":
+        if text[pos : pos + 1] == "}":
             return _end(text, pos + 1, result)
         raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
 
@@ -129,19 +130,18 @@ def _read_member_array(text: str, key: str, where: str, limit: int, what: str) -
 def _array(text: str, pos: int, where: str, limit: int, what: str) -> tuple[list[Any], int]:
     elements: list[Any] = []
     pos = _skip(text, pos + 1)
-    if text[pos:pos + 1] == "]":
+    if text[pos : pos + 1] == "]":
         return elements, pos + 1
     while True:
         value, pos = _DECODER.raw_decode(text, pos)
         elements.append(value)
         if len(elements) > limit:
-            raise SourceError(f"{where}: more than the limit of {limit} {what} (stopped reading at "
-                              f"{what} {limit + 1})")
+            raise SourceError(f"{where}: more than the limit of {limit} {what} (stopped reading at {what} {limit + 1})")
         pos = _skip(text, pos)
-        if text[pos:pos + 1] == ",":
+        if text[pos : pos + 1] == ",":
             pos = _skip(text, pos + 1)
             continue
-        if text[pos:pos + 1] == "]":
+        if text[pos : pos + 1] == "]":
             return elements, pos + 1
         raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
 
@@ -159,12 +159,14 @@ def _skip(text: str, pos: int) -> int:
 
 def _not_json(where: str, text: str, exc: json.JSONDecodeError) -> SourceError:
     snippet = " ".join(text[:60].split())
-    return SourceError(f"{where}: response is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}; "
-                       f"starts with {snippet!r})")
+    return SourceError(
+        f"{where}: response is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}; starts with {snippet!r})"
+    )
 
 
 def json_type(value: Any) -> str:
     if value is None:
         return "null"
-    return {dict: "object", list: "array", str: "string", bool: "boolean",
-            int: "number", float: "number"}.get(type(value), type(value).__name__)
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(
+        type(value), type(value).__name__
+    )

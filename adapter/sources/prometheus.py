@@ -102,8 +102,9 @@ def _parse_auth(raw: Any, path: str) -> PrometheusAuth | None:
         reject_unknown(token, ("secretKeyRef",), f"{path}.bearerToken")
         if "secretKeyRef" not in token:
             raise ValidationError(f"{path}.bearerToken.secretKeyRef", "required")
-        return PrometheusAuth(bearer_token=parse_secret_key_ref(token["secretKeyRef"],
-                                                                f"{path}.bearerToken.secretKeyRef"))
+        return PrometheusAuth(
+            bearer_token=parse_secret_key_ref(token["secretKeyRef"], f"{path}.bearerToken.secretKeyRef")
+        )
     if "bearerTokenFile" in auth:
         return PrometheusAuth(bearer_token_file=read_string(auth, "bearerTokenFile", path, required=True))
     basic_path = f"{path}.basic"
@@ -115,14 +116,17 @@ def _parse_auth(raw: Any, path: str) -> PrometheusAuth | None:
     if ("password" in basic) == ("passwordFile" in basic):
         raise ValidationError(basic_path, "exactly one of password or passwordFile is required")
     if "passwordFile" in basic:
-        return PrometheusAuth(username=username, password_file=read_string(basic, "passwordFile", basic_path,
-                                                                             required=True))
+        return PrometheusAuth(
+            username=username, password_file=read_string(basic, "passwordFile", basic_path, required=True)
+        )
     password = expect_mapping(basic["password"], f"{basic_path}.password")
     reject_unknown(password, ("secretKeyRef",), f"{basic_path}.password")
     if "secretKeyRef" not in password:
         raise ValidationError(f"{basic_path}.password.secretKeyRef", "required")
-    return PrometheusAuth(username=username,
-                          password=parse_secret_key_ref(password["secretKeyRef"], f"{basic_path}.password.secretKeyRef"))
+    return PrometheusAuth(
+        username=username,
+        password=parse_secret_key_ref(password["secretKeyRef"], f"{basic_path}.password.secretKeyRef"),
+    )
 
 
 # ---------------------------------------------------------------- client
@@ -147,7 +151,9 @@ class PrometheusClient:
         if auth is None:
             return headers
         if auth.bearer_token is not None:
-            headers["Authorization"] = "Bearer " + read_secret(auth.bearer_token, self.context, "auth.bearerToken").strip()
+            headers["Authorization"] = (
+                "Bearer " + read_secret(auth.bearer_token, self.context, "auth.bearerToken").strip()
+            )
         elif auth.bearer_token_file is not None:
             headers["Authorization"] = "Bearer " + read_text_file(auth.bearer_token_file, "auth.bearerTokenFile")
         else:
@@ -165,8 +171,16 @@ class PrometheusClient:
     async def api_get(self, api_path: str, params: Mapping[str, str]) -> Any:
         """GET {url}{api_path}; returns the `data` member of a successful response."""
         url = self.endpoint.http.url.rstrip("/") + api_path
-        return await get_document(self._http, self.endpoint.http, self.context, timeout=self.timeout,
-                                  parse=_api_data, url=url, params=params, extra_headers=self._auth_headers())
+        return await get_document(
+            self._http,
+            self.endpoint.http,
+            self.context,
+            timeout=self.timeout,
+            parse=_api_data,
+            url=url,
+            params=params,
+            extra_headers=self._auth_headers(),
+        )
 
     async def query(self, query: str, at: float) -> dict[str, Any]:
         return await self.api_get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
@@ -199,8 +213,7 @@ def _api_data(response: HttpResponse) -> Any:
     return data
 
 
-async def query_range(client: PrometheusClient, query: str, start: float, end: float,
-                      step: float) -> list[Series]:
+async def query_range(client: PrometheusClient, query: str, start: float, end: float, step: float) -> list[Series]:
     """Range query over [start, end] at `step` seconds: one (labels, timestamps, values) per series.
 
     Long ranges are split into several requests (Prometheus caps points per series) and stitched
@@ -212,8 +225,10 @@ async def query_range(client: PrometheusClient, query: str, start: float, end: f
     chunk_start = start
     while chunk_start <= end:
         chunk_end = min(end, chunk_start + (MAX_POINTS_PER_QUERY - 1) * step)
-        data = await client.api_get("/api/v1/query_range", {
-            "query": query, "start": f"{chunk_start:.3f}", "end": f"{chunk_end:.3f}", "step": f"{step:g}"})
+        data = await client.api_get(
+            "/api/v1/query_range",
+            {"query": query, "start": f"{chunk_start:.3f}", "end": f"{chunk_end:.3f}", "step": f"{step:g}"},
+        )
         if data.get("resultType") != "matrix":
             raise SourceError(f"prometheus range query returned {data.get('resultType')!r}, expected matrix")
         result = data.get("result")
@@ -249,7 +264,7 @@ def _labels(series: Any) -> dict[str, str]:
 
 def _sample(raw: Any) -> tuple[float, float]:
     if not isinstance(raw, list) or len(raw) != 2:
-        raise SourceError("prometheus response: a sample is not [timestamp, \"value\"]")
+        raise SourceError('prometheus response: a sample is not [timestamp, "value"]')
     try:
         return float(raw[0]), float(raw[1])
     except (TypeError, ValueError):
@@ -268,7 +283,7 @@ def _samples(raw: Any) -> tuple[np.ndarray, np.ndarray]:
         # Prometheus sends values as strings ("1.5", "NaN", "+Inf"); float() reads all of them.
         return pairs[:, 0].astype(float), pairs[:, 1].astype(float)
     except (TypeError, ValueError):
-        raise SourceError("prometheus response: series values are not [timestamp, \"value\"] pairs") from None
+        raise SourceError('prometheus response: series values are not [timestamp, "value"] pairs') from None
 
 
 def _short(text: str, limit: int) -> str:
@@ -315,8 +330,10 @@ class PrometheusSource(Source[PrometheusConfig]):
                 raise SourceError(f"prometheus query returned {len(result)} series, more than {MAX_SERIES}")
             samples = [(_labels(series), _sample(series.get("value"))[1]) for series in result]
         elif result_type == "matrix":
-            raise SourceError("prometheus query returned a range vector (matrix); use an instant vector "
-                              "expression, e.g. rate(x[5m]) instead of x[5m]")
+            raise SourceError(
+                "prometheus query returned a range vector (matrix); use an instant vector "
+                "expression, e.g. rate(x[5m]) instead of x[5m]"
+            )
         else:
             raise SourceError(f"prometheus query returned unsupported result type {str(result_type)[:20]!r}")
         items = []

@@ -53,8 +53,9 @@ class StartSpreader:
     """Hands out first-fetch delays: the first runners start at once, at `rate` per second; when
     that would wait longer than a source's interval, a random point within the interval is used."""
 
-    def __init__(self, rate: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None):
+    def __init__(
+        self, rate: float | None = None, clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None
+    ):
         self._gap = 1.0 / (rate or START_RATE_PER_SECOND)
         self._clock = clock
         self._next = -math.inf
@@ -83,9 +84,15 @@ def loop_spreader() -> StartSpreader:
 
 
 class SourceRunner:
-    def __init__(self, owner: str, source: Source[Any], on_snapshot: Callable[[str, list[Item]], None],
-                 clock: Callable[[], float] = time.time, on_health: Callable[[str], None] | None = None,
-                 spreader: StartSpreader | None = None):
+    def __init__(
+        self,
+        owner: str,
+        source: Source[Any],
+        on_snapshot: Callable[[str, list[Item]], None],
+        clock: Callable[[], float] = time.time,
+        on_health: Callable[[str], None] | None = None,
+        spreader: StartSpreader | None = None,
+    ):
         self.owner = owner  # the VirtualMetricEvent name, for logs and metrics
         self.source = source
         self._on_snapshot = on_snapshot
@@ -179,8 +186,14 @@ class SourceRunner:
         self.health.consecutive_failures += 1
         obs.record_fetch(self.owner, kind, success=False)
         level = logging.WARNING if self.health.consecutive_failures <= 3 else logging.DEBUG
-        log.log(level, "VirtualMetricEvent %s: %s source fetch failed (%d in a row): %s",
-                self.owner, kind, self.health.consecutive_failures, message)
+        log.log(
+            level,
+            "VirtualMetricEvent %s: %s source fetch failed (%d in a row): %s",
+            self.owner,
+            kind,
+            self.health.consecutive_failures,
+            message,
+        )
         self._health_changed()
 
     def _health_changed(self) -> None:

@@ -49,9 +49,21 @@ MAX_OCCURRENCES = 20_000
 # Items one calendar may expand to per fetch (inline items included).
 MAX_ITEMS_PER_CALENDAR = 20_000
 
-_DAY_NAMES = {name: i for i, names in enumerate([
-    ("mon", "monday"), ("tue", "tues", "tuesday"), ("wed", "wednesday"), ("thu", "thur", "thurs", "thursday"),
-    ("fri", "friday"), ("sat", "saturday"), ("sun", "sunday")]) for name in names}
+_DAY_NAMES = {
+    name: i
+    for i, names in enumerate(
+        [
+            ("mon", "monday"),
+            ("tue", "tues", "tuesday"),
+            ("wed", "wednesday"),
+            ("thu", "thur", "thurs", "thursday"),
+            ("fri", "friday"),
+            ("sat", "saturday"),
+            ("sun", "sunday"),
+        ]
+    )
+    for name in names
+}
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
 
@@ -144,14 +156,18 @@ class ScheduleSource(Source[ScheduleConfig]):
                 items = expand(self.config, now, MAX_ITEMS_PER_CALENDAR, take)
         except BudgetExhausted:
             budget.abandon(self)
-            raise SourceError(f"the calendars of this server may expand to {budget.total} items in total "
-                              "and the others hold the rest; shorten lookahead or remove windows here or "
-                              "elsewhere") from None
+            raise SourceError(
+                f"the calendars of this server may expand to {budget.total} items in total "
+                "and the others hold the rest; shorten lookahead or remove windows here or "
+                "elsewhere"
+            ) from None
         except ExpansionLimit as exc:
             budget.abandon(self)
-            raise SourceError(f"the calendar expands to more than {exc.limit} items within its "
-                              f"lookahead ({self.config.lookahead:g}s); shorten lookahead or use fewer "
-                              "or less frequent windows") from None
+            raise SourceError(
+                f"the calendar expands to more than {exc.limit} items within its "
+                f"lookahead ({self.config.lookahead:g}s); shorten lookahead or use fewer "
+                "or less frequent windows"
+            ) from None
         except BaseException:
             budget.abandon(self)
             raise
@@ -170,8 +186,9 @@ def _no_budget(count: int) -> bool:
     return True
 
 
-def expand(config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALENDAR,
-           take: Callable[[int], bool] = _no_budget) -> list[Item]:
+def expand(
+    config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALENDAR, take: Callable[[int], bool] = _no_budget
+) -> list[Item]:
     """Items overlapping [now - 1 day, now + lookahead], inline items first, then by window order.
 
     Raises ExpansionLimit as soon as there would be more than `limit` items, or when `take` (the
@@ -192,8 +209,9 @@ def expand(config: ScheduleConfig, now: float, limit: int = MAX_ITEMS_PER_CALEND
 
     reserve(len(out))
     for window in config.windows:
-        occurrences = _cron_occurrences(window, lo, hi) if isinstance(window, CronWindow) \
-            else _daily_occurrences(window, lo, hi)
+        occurrences = (
+            _cron_occurrences(window, lo, hi) if isinstance(window, CronWindow) else _daily_occurrences(window, lo, hi)
+        )
         for start, end in occurrences:
             if len(out) >= limit:
                 raise ExpansionLimit(limit)
@@ -345,17 +363,21 @@ def _window(raw: Any, index: int, path: str, zone: ZoneInfo, exclude: frozenset[
     if "cron" in entry:
         for key in ("days", "start", "end"):
             if key in entry:
-                raise ValidationError(f"{path}.{key}", "not allowed with cron (use either cron + duration or "
-                                      "days + start + end)")
+                raise ValidationError(
+                    f"{path}.{key}", "not allowed with cron (use either cron + duration or days + start + end)"
+                )
         cron = read_string(entry, "cron", path, required=True, max_length=256) or ""
         if len(cron.split()) != 5 or not croniter.is_valid(cron):
-            raise ValidationError(f"{path}.cron", f"{cron!r} is not a 5-field cron expression "
-                                  "(minute hour day-of-month month day-of-week)")
+            raise ValidationError(
+                f"{path}.cron",
+                f"{cron!r} is not a 5-field cron expression (minute hour day-of-month month day-of-week)",
+            )
         if "duration" not in entry:
             raise ValidationError(f"{path}.duration", "required with cron (e.g. 10m)")
         duration = read_duration(entry, "duration", path, 0.0, minimum=1.0, maximum=7 * DAY)
-        return CronWindow(index=index, cron=cron, duration=duration, values=values, zone=window_zone,
-                          exclude=window_exclude)
+        return CronWindow(
+            index=index, cron=cron, duration=duration, values=values, zone=window_zone, exclude=window_exclude
+        )
     if "duration" in entry:
         raise ValidationError(f"{path}.duration", "only allowed with cron; a daily window uses start and end")
     for key in ("start", "end"):
@@ -363,8 +385,15 @@ def _window(raw: Any, index: int, path: str, zone: ZoneInfo, exclude: frozenset[
             raise ValidationError(f"{path}.{key}", "required (HH:MM), or give cron + duration instead")
     start = _clock(entry["start"], f"{path}.start", allow_24=False)
     end = _clock(entry["end"], f"{path}.end", allow_24=True)
-    return DailyWindow(index=index, days=_days(entry.get("days"), f"{path}.days"), start=start, end=end,
-                       values=values, zone=window_zone, exclude=window_exclude)
+    return DailyWindow(
+        index=index,
+        days=_days(entry.get("days"), f"{path}.days"),
+        start=start,
+        end=end,
+        values=values,
+        zone=window_zone,
+        exclude=window_exclude,
+    )
 
 
 def _clock(value: Any, path: str, allow_24: bool) -> int:
@@ -396,7 +425,9 @@ def _days(raw: Any, path: str) -> frozenset[int]:
         text = value.strip().lower() if isinstance(value, str) else None
         first, _, last = (text or "").partition("-")
         if text is None or first not in _DAY_NAMES or (last and last not in _DAY_NAMES):
-            raise ValidationError(f"{path}[{index}]", f"expected a day name (Mon..Sun) or range (Mon-Fri), got {value!r}")
+            raise ValidationError(
+                f"{path}[{index}]", f"expected a day name (Mon..Sun) or range (Mon-Fri), got {value!r}"
+            )
         a, b = _DAY_NAMES[first], _DAY_NAMES[last or first]
         days.update(range(a, b + 1) if a <= b else [*range(a, 7), *range(b + 1)])
     return frozenset(days)

@@ -50,8 +50,9 @@ class ConditionChange:
         return self.status != "True"
 
 
-def condition_changes(kind: str, name: str, before: Mapping[str, Any] | None,
-                      after: Mapping[str, Any]) -> list[ConditionChange]:
+def condition_changes(
+    kind: str, name: str, before: Mapping[str, Any] | None, after: Mapping[str, Any]
+) -> list[ConditionChange]:
     """Conditions of `after` whose (status, reason) differ from `before` (see the module rules)."""
     old = {c.get("type"): c for c in (before or {}).get("conditions") or [] if isinstance(c, Mapping)}
     out = []
@@ -65,16 +66,24 @@ def condition_changes(kind: str, name: str, before: Mapping[str, Any] | None,
                 continue
         elif previous.get("status") == status and previous.get("reason") == reason:
             continue
-        out.append(ConditionChange(kind, name, str(cond.get("type", "")), status, reason,
-                                   str(cond.get("message", ""))))
+        out.append(ConditionChange(kind, name, str(cond.get("type", "")), status, reason, str(cond.get("message", ""))))
     return out
 
 
 class EventRecorder:
-    def __init__(self, api_client: client.ApiClient, namespace: str = "default", *,
-                 per_object_interval: float = 60.0, per_object_burst: int = 3, burst: int = 25, rate_per_second: float = 1 / 6,
-                 clock: Callable[[], float] = time.monotonic, now: Callable[[], str] = timefmt.rfc3339_now,
-                 request_timeout: float = 10.0):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str = "default",
+        *,
+        per_object_interval: float = 60.0,
+        per_object_burst: int = 3,
+        burst: int = 25,
+        rate_per_second: float = 1 / 6,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], str] = timefmt.rfc3339_now,
+        request_timeout: float = 10.0,
+    ):
         self.api = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.per_object_interval = per_object_interval
@@ -100,21 +109,33 @@ class EventRecorder:
         self._refilled = now
         if len(recent) >= self.per_object_burst or self._tokens < 1.0:
             self.dropped += 1
-            log.debug("event for %s/%s %s=%s (%s) rate-limited", change.kind, change.name, change.type,
-                      change.status, change.reason)
+            log.debug(
+                "event for %s/%s %s=%s (%s) rate-limited",
+                change.kind,
+                change.name,
+                change.type,
+                change.status,
+                change.reason,
+            )
             return False
         self._tokens -= 1.0
         self._last[key] = [*recent, now]
         if len(self._last) > 100_000:  # objects come and go; the memory does not need to be exact
             self._last.clear()
         try:
-            self.api.create_namespaced_event(self.namespace, self._body(change, uid),  # type: ignore[arg-type]
-                                             _request_timeout=self.request_timeout)
+            self.api.create_namespaced_event(
+                self.namespace,
+                self._body(change, uid),  # type: ignore[arg-type]
+                _request_timeout=self.request_timeout,
+            )
         except Exception as exc:  # noqa: BLE001 - best effort: status writes go on
             why = getattr(exc, "reason", None) or type(exc).__name__
             if why != self._failing:
-                log.warning("cannot create Kubernetes Events in namespace %s (%s); conditions are still "
-                            "written to status", self.namespace, why)
+                log.warning(
+                    "cannot create Kubernetes Events in namespace %s (%s); conditions are still written to status",
+                    self.namespace,
+                    why,
+                )
                 self._failing = str(why)
             return False
         self._failing = None
@@ -131,7 +152,8 @@ class EventRecorder:
         if uid:
             involved["uid"] = uid
         return {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{change.name}.{uuid.uuid4().hex[:16]}", "namespace": self.namespace},
             "involvedObject": involved,
             "reason": change.reason or change.type,
@@ -139,5 +161,7 @@ class EventRecorder:
             "type": "Warning" if change.warning else "Normal",
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
         }

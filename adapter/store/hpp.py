@@ -37,8 +37,10 @@ KIND_HPA = "HorizontalPodAutoscaler"
 PLURAL_HPP = "horizontalpodprescalers"
 CONDITION = "HPAConfigured"
 # What an HPA without spec.metrics does (autoscaling/v2 default): keep it when adding entries.
-DEFAULT_CPU_METRIC = {"type": "Resource", "resource": {"name": "cpu",
-                                                       "target": {"type": "Utilization", "averageUtilization": 80}}}
+DEFAULT_CPU_METRIC = {
+    "type": "Resource",
+    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+}
 _SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink")
 
 
@@ -49,13 +51,13 @@ class HPPError(ValueError):
 @dataclass(frozen=True)
 class HPPMetric:
     name: str
-    average_value: str          # canonical Kubernetes quantity, e.g. "10", "2500m"
+    average_value: str  # canonical Kubernetes quantity, e.g. "10", "2500m"
 
 
 @dataclass(frozen=True)
 class Prescaler:
     namespace: str
-    name: str                   # also the workload: the selector is resource=<name>
+    name: str  # also the workload: the selector is resource=<name>
     hpa_name: str
     metrics: tuple[HPPMetric, ...]
     generation: int = 0
@@ -68,7 +70,7 @@ class Prescaler:
 @dataclass
 class Check:
     configured: bool
-    reason: str                  # HPAConfigured | HPANotFound | MetricMissing | TargetDiffers
+    reason: str  # HPAConfigured | HPANotFound | MetricMissing | TargetDiffers
     message: str
     ops: list[dict[str, Any]] = field(default_factory=list)
     command: str = ""
@@ -116,15 +118,20 @@ def parse_hpp(doc: Mapping[str, Any], default_namespace: str = "default") -> Pre
             raise HPPError(f"{where}: {path}.target.averageValue must be greater than 0")
         metrics.append(HPPMetric(metric_name, format_quantity(quantity)))
     generation = meta.get("generation")
-    return Prescaler(str(namespace), name, ref["name"], tuple(metrics),
-                     generation if isinstance(generation, int) else 0)
+    return Prescaler(
+        str(namespace), name, ref["name"], tuple(metrics), generation if isinstance(generation, int) else 0
+    )
 
 
 def external_entry(hpp: Prescaler, metric: HPPMetric) -> dict[str, Any]:
     """The HPA metric entry that gives the seed's behaviour for one HPP metric."""
-    return {"type": "External", "external": {
-        "metric": {"name": metric.name, "selector": {"matchLabels": {"resource": hpp.name}}},
-        "target": {"type": "AverageValue", "averageValue": metric.average_value}}}
+    return {
+        "type": "External",
+        "external": {
+            "metric": {"name": metric.name, "selector": {"matchLabels": {"resource": hpp.name}}},
+            "target": {"type": "AverageValue", "averageValue": metric.average_value},
+        },
+    }
 
 
 def hpa_metrics(hpa: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -135,8 +142,12 @@ def hpa_metrics(hpa: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         pct = spec.get("targetCPUUtilizationPercentage")
         if pct is None:
             return None
-        return [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization",
-                                                                              "averageUtilization": pct}}}]
+        return [
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": pct}},
+            }
+        ]
     metrics = spec.get("metrics")
     return [dict(m) for m in metrics if isinstance(m, Mapping)] if isinstance(metrics, list) else None
 
@@ -157,8 +168,9 @@ def _find(metrics: Sequence[Mapping[str, Any]], hpp: Prescaler, metric: HPPMetri
             continue
         target = external.get("target") if isinstance(external.get("target"), Mapping) else {}
         assert isinstance(target, Mapping)
-        return index, (target.get("type") == "AverageValue"
-                       and _same_quantity(target.get("averageValue"), metric.average_value))
+        return index, (
+            target.get("type") == "AverageValue" and _same_quantity(target.get("averageValue"), metric.average_value)
+        )
     return None, False
 
 
@@ -199,32 +211,47 @@ def patch_ops(hpp: Prescaler, hpa: Mapping[str, Any] | None) -> list[dict[str, A
 
 def patch_command(hpp: Prescaler, ops: list[dict[str, Any]]) -> str:
     body = json.dumps(ops, separators=(",", ":"))
-    return (f"kubectl -n {shlex.quote(hpp.namespace)} patch hpa {shlex.quote(hpp.hpa_name)} "
-            f"--type=json -p {shlex.quote(body)}")
+    return (
+        f"kubectl -n {shlex.quote(hpp.namespace)} patch hpa {shlex.quote(hpp.hpa_name)} "
+        f"--type=json -p {shlex.quote(body)}"
+    )
 
 
 def check_hpa(hpp: Prescaler, hpa: Mapping[str, Any] | None) -> Check:
     where = f"HPA {hpp.namespace}/{hpp.hpa_name}"
-    wanted = ", ".join(f"{m.name} (selector resource={hpp.name}, averageValue {m.average_value})"
-                       for m in hpp.metrics)
+    wanted = ", ".join(f"{m.name} (selector resource={hpp.name}, averageValue {m.average_value})" for m in hpp.metrics)
     if hpa is None:
         ops = patch_ops(hpp, None)
-        return Check(False, "HPANotFound",
-                     f"{where} not found. Create it with the External metric {wanted}; "
-                     f"`prescaler migrate --hpp <file>` prints a manifest.", ops, patch_command(hpp, ops))
+        return Check(
+            False,
+            "HPANotFound",
+            f"{where} not found. Create it with the External metric {wanted}; "
+            f"`prescaler migrate --hpp <file>` prints a manifest.",
+            ops,
+            patch_command(hpp, ops),
+        )
     ops = patch_ops(hpp, hpa)
     if not ops:
         return Check(True, "HPAConfigured", f"{where} has the External metric {wanted}.")
     command = patch_command(hpp, ops)
     reason = "TargetDiffers" if any(op["op"] == "replace" for op in ops) else "MetricMissing"
     what = "has a different target or selector for" if reason == "TargetDiffers" else "lacks"
-    return Check(False, reason, f"{where} {what} the External metric {wanted}. prescaler never changes an HPA; "
-                                f"apply: {command}", ops, command)
+    return Check(
+        False,
+        reason,
+        f"{where} {what} the External metric {wanted}. prescaler never changes an HPA; apply: {command}",
+        ops,
+        command,
+    )
 
 
 def condition(check: Check) -> dict[str, Any]:
-    return {"type": CONDITION, "status": "True" if check.configured else "False", "reason": check.reason,
-            "message": check.message}
+    return {
+        "type": CONDITION,
+        "status": "True" if check.configured else "False",
+        "reason": check.reason,
+        "message": check.message,
+    }
 
 
 def patched_manifest(hpp: Prescaler, hpa: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -232,11 +259,16 @@ def patched_manifest(hpp: Prescaler, hpa: Mapping[str, Any] | None) -> dict[str,
     without one, a new autoscaling/v2 HPA for Deployment <HPP name> with placeholders to review."""
     if hpa is None:
         doc: dict[str, Any] = {
-            "apiVersion": "autoscaling/v2", "kind": KIND_HPA,
+            "apiVersion": "autoscaling/v2",
+            "kind": KIND_HPA,
             "metadata": {"name": hpp.hpa_name, "namespace": hpp.namespace},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": hpp.name},
-                     "minReplicas": 1, "maxReplicas": 10,
-                     "metrics": [external_entry(hpp, m) for m in hpp.metrics]}}
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": hpp.name},
+                "minReplicas": 1,
+                "maxReplicas": 10,
+                "metrics": [external_entry(hpp, m) for m in hpp.metrics],
+            },
+        }
         return doc
     doc = copy.deepcopy(dict(hpa))
     doc.pop("status", None)

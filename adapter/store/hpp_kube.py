@@ -48,9 +48,17 @@ def desired_status(hpp_doc: Mapping[str, Any], hpas: Mapping[Key, Mapping[str, A
 
 
 class HPPStatusController:
-    def __init__(self, api_client: client.ApiClient, *, is_leader: Callable[[], bool] = lambda: True,
-                 resync_interval: float = 60.0, watch_timeout: float = 300.0, request_timeout: float = 30.0,
-                 debounce: float = 0.2, now: Callable[[], str] = timefmt.rfc3339_now):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        resync_interval: float = 60.0,
+        watch_timeout: float = 300.0,
+        request_timeout: float = 30.0,
+        debounce: float = 0.2,
+        now: Callable[[], str] = timefmt.rfc3339_now,
+    ):
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.autoscaling = client.AutoscalingV2Api(api_client)
@@ -77,10 +85,14 @@ class HPPStatusController:
             return
         targets: list[tuple[str, Callable[[], None]]] = [
             ("hpp-reconcile", self._reconcile_loop),
-            ("hpp-watch-hpps", lambda: self._watch_loop(self.custom.list_cluster_custom_object,
-                                                        GROUP, VERSION, PLURAL_HPP)),
-            ("hpp-watch-hpas", lambda: self._watch_loop(
-                self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces)),
+            (
+                "hpp-watch-hpps",
+                lambda: self._watch_loop(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL_HPP),
+            ),
+            (
+                "hpp-watch-hpas",
+                lambda: self._watch_loop(self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces),
+            ),
         ]
         for name, target in targets:
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -105,13 +117,16 @@ class HPPStatusController:
     def reconcile_once(self) -> int:
         """List HPPs and HPAs, write the statuses that changed; returns the number of writes."""
         try:
-            hpp_list: Any = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL_HPP,
-                                                                   _request_timeout=self.request_timeout)
+            hpp_list: Any = self.custom.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL_HPP, _request_timeout=self.request_timeout
+            )
         except ApiException as exc:
             if exc.status == 404:
                 if not self._crd_missing_logged:
-                    log.warning("HorizontalPodPrescaler CRD not installed; HPP status is off until it is "
-                                "(deploy/crds/prescaler.pingpong.ai_horizontalpodprescalers.yaml)")
+                    log.warning(
+                        "HorizontalPodPrescaler CRD not installed; HPP status is off until it is "
+                        "(deploy/crds/prescaler.pingpong.ai_horizontalpodprescalers.yaml)"
+                    )
                     self._crd_missing_logged = True
                 return 0
             raise
@@ -122,7 +137,8 @@ class HPPStatusController:
         if not hpps or self._waiting_for_lease:
             return 0
         response: Any = self.autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces(
-            _preload_content=False, _request_timeout=self.request_timeout)
+            _preload_content=False, _request_timeout=self.request_timeout
+        )
         hpas: dict[Key, Mapping[str, Any]] = {}
         for item in json.loads(response.data).get("items") or []:
             meta = item.get("metadata") or {}
@@ -140,15 +156,27 @@ class HPPStatusController:
                 continue
             try:
                 self.custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, namespace, PLURAL_HPP, name, status_patch(target, current),
-                    _request_timeout=self.request_timeout)
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL_HPP,
+                    name,
+                    status_patch(target, current),
+                    _request_timeout=self.request_timeout,
+                )
                 writes += 1
-                log.info("HorizontalPodPrescaler %s/%s: %s=%s", namespace, name, CONDITION,
-                         target["conditions"][0]["status"])
+                log.info(
+                    "HorizontalPodPrescaler %s/%s: %s=%s", namespace, name, CONDITION, target["conditions"][0]["status"]
+                )
             except ApiException as exc:
                 if exc.status != 404:  # deleted meanwhile: nothing to do
-                    log.warning("status of HorizontalPodPrescaler %s/%s not written: API error %s %s",
-                                namespace, name, exc.status, exc.reason)
+                    log.warning(
+                        "status of HorizontalPodPrescaler %s/%s not written: API error %s %s",
+                        namespace,
+                        name,
+                        exc.status,
+                        exc.reason,
+                    )
                     self._wake.set()  # retry on the next round
         self.writes += writes
         return writes
@@ -181,8 +209,12 @@ class HPPStatusController:
             self._watches.append(w)
             started = time.monotonic()
             try:
-                for _event in w.stream(list_func, *args, timeout_seconds=max(1, int(self.watch_timeout)),
-                                       _request_timeout=(self.request_timeout, self.watch_timeout + 30)):
+                for _event in w.stream(
+                    list_func,
+                    *args,
+                    timeout_seconds=max(1, int(self.watch_timeout)),
+                    _request_timeout=(self.request_timeout, self.watch_timeout + 30),
+                ):
                     self._wake.set()
                     if self._stop.is_set():
                         return

@@ -36,13 +36,25 @@ class LocalHPPChecker:
             try:
                 hpp = parse_hpp(doc)
             except HPPError as exc:
-                results[key] = {"type": "HPAConfigured", "status": "False", "reason": "InvalidSpec",
-                                "message": str(exc)}
+                results[key] = {
+                    "type": "HPAConfigured",
+                    "status": "False",
+                    "reason": "InvalidSpec",
+                    "message": str(exc),
+                }
                 continue
             results[key] = condition(check_hpa(hpp, hpas.get((hpp.namespace, hpp.hpa_name))))
         for key, cond in results.items():
             if self.conditions.get(key) != cond:
                 level = logging.INFO if cond["status"] == "True" else logging.WARNING
-                log.log(level, "%s %s/%s: HPAConfigured=%s (%s): %s", KIND_HPP, key[0], key[1], cond["status"],
-                        cond["reason"], cond["message"])
+                log.log(
+                    level,
+                    "%s %s/%s: HPAConfigured=%s (%s): %s",
+                    KIND_HPP,
+                    key[0],
+                    key[1],
+                    cond["status"],
+                    cond["reason"],
+                    cond["message"],
+                )
         self.conditions = results

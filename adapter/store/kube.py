@@ -64,8 +64,10 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         try:
             return config.new_client_from_config(context=context)
         except Exception as exc:  # noqa: BLE001
-            raise KubeConfigError(f"not running in a cluster ({in_cluster_error}) and no usable "
-                                  f"kubeconfig ({exc}); pass --kubeconfig or --manifests") from None
+            raise KubeConfigError(
+                f"not running in a cluster ({in_cluster_error}) and no usable "
+                f"kubeconfig ({exc}); pass --kubeconfig or --manifests"
+            ) from None
 
 
 class _Gone(Exception):
@@ -96,8 +98,7 @@ class _Reflector:
                     self._list()
                 self._watch_once()
             except _Gone:
-                log.info("%s: resourceVersion %s expired (410 Gone); re-listing", self.plural,
-                         self.resource_version)
+                log.info("%s: resourceVersion %s expired (410 Gone); re-listing", self.plural, self.resource_version)
                 self.resource_version = None
                 # A re-list is the normal cure for 410; wait only if 410s repeat back to back.
                 if self._backoff.attempts and stop.wait(self._backoff.next()):
@@ -116,8 +117,9 @@ class _Reflector:
 
     def _list(self) -> None:
         try:
-            result: Any = self._api().list_cluster_custom_object(GROUP, VERSION, self.plural,
-                                                            _request_timeout=self.store.request_timeout)
+            result: Any = self._api().list_cluster_custom_object(
+                GROUP, VERSION, self.plural, _request_timeout=self.store.request_timeout
+            )
         except ApiException as exc:
             if exc.status == 410:
                 raise _Gone() from None
@@ -137,11 +139,17 @@ class _Reflector:
             return
         timeout = self.store.watch_timeout
         try:
-            stream = w.stream(self._api().list_cluster_custom_object, GROUP, VERSION, self.plural,
-                              resource_version=self.resource_version, allow_watch_bookmarks=True,
-                              timeout_seconds=max(1, int(timeout)),
-                              # A read timeout past the server-side timeout detects dead connections.
-                              _request_timeout=(self.store.request_timeout, timeout + 30))
+            stream = w.stream(
+                self._api().list_cluster_custom_object,
+                GROUP,
+                VERSION,
+                self.plural,
+                resource_version=self.resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=max(1, int(timeout)),
+                # A read timeout past the server-side timeout detects dead connections.
+                _request_timeout=(self.store.request_timeout, timeout + 30),
+            )
             for event in stream:
                 events += 1
                 self._handle(event)
@@ -193,11 +201,19 @@ class _Reflector:
 class KubeStore:
     """Watches both kinds and feeds `sink`. `ready` turns true after the first list of each kind."""
 
-    def __init__(self, api_client: client.ApiClient, sink: ObjectSink, *,
-                 kinds: tuple[str, ...] = (KIND_METRIC, KIND_EVENT),
-                 watch_timeout: float = 300.0, request_timeout: float = 30.0,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0,
-                 rng: Any = None, on_sink_error: Callable[[Exception], None] | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        sink: ObjectSink,
+        *,
+        kinds: tuple[str, ...] = (KIND_METRIC, KIND_EVENT),
+        watch_timeout: float = 300.0,
+        request_timeout: float = 30.0,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        rng: Any = None,
+        on_sink_error: Callable[[Exception], None] | None = None,
+    ):
         self.api_client = api_client
         self.sink = sink
         self.watch_timeout = watch_timeout

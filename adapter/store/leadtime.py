@@ -69,8 +69,13 @@ def selector_string(match_labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
 
 
-def measure_lead_time(api_client: Any, namespace: str, target: Mapping[str, str], hpa: HpaSpec | None = None,
-                      fallback: float = FALLBACK_LEAD) -> LeadTimeEstimate:
+def measure_lead_time(
+    api_client: Any,
+    namespace: str,
+    target: Mapping[str, str],
+    hpa: HpaSpec | None = None,
+    fallback: float = FALLBACK_LEAD,
+) -> LeadTimeEstimate:
     """Read the scale target (Deployment) and its pods through the API; apply the rule.
 
     Needs only get/list on deployments and pods (read-only RBAC). Any API failure gives the fallback."""
@@ -90,12 +95,23 @@ def measure_lead_time(api_client: Any, namespace: str, target: Mapping[str, str]
             raise ValueError("the Deployment has no selector.matchLabels")
         current = int((deployment.get("status") or {}).get("replicas") or spec.get("replicas") or 1)
         core = client.CoreV1Api(api_client)
-        pods = _json(core.list_namespaced_pod(namespace, label_selector=selector_string(labels),
-                                              _preload_content=False)).get("items") or []
+        pods = (
+            _json(
+                core.list_namespaced_pod(namespace, label_selector=selector_string(labels), _preload_content=False)
+            ).get("items")
+            or []
+        )
     except (ApiException, ValueError, OSError) as exc:
         estimate = learn_lead_time([], hpa, 1, fallback=fallback)
-        return LeadTimeEstimate(estimate.seconds, None, estimate.sync_period, estimate.ramp, (), "Fallback",
-                                f"cannot read the scale target {kind}/{namespace}/{name}: {str(exc)[:200]}")
+        return LeadTimeEstimate(
+            estimate.seconds,
+            None,
+            estimate.sync_period,
+            estimate.ramp,
+            (),
+            "Fallback",
+            f"cannot read the scale target {kind}/{namespace}/{name}: {str(exc)[:200]}",
+        )
     return learn_lead_time(pod_startups(pods), hpa, current, fallback=fallback)
 
 
@@ -111,16 +127,18 @@ def hpa_reader(api_client: Any) -> Any:
 
     def read(namespace: str, name: str) -> HpaSpec | None:
         try:
-            listing = _json(client.AutoscalingV2Api(api_client).list_namespaced_horizontal_pod_autoscaler(
-                namespace, _preload_content=False))
+            listing = _json(
+                client.AutoscalingV2Api(api_client).list_namespaced_horizontal_pod_autoscaler(
+                    namespace, _preload_content=False
+                )
+            )
         except (ApiException, ValueError, OSError):
             return None
         for doc in listing.get("items") or []:
             ref = (doc.get("spec") or {}).get("scaleTargetRef") or {}
             if ref.get("kind") == "Deployment" and ref.get("name") == name:
                 try:
-                    return parse_hpa({**doc, "apiVersion": "autoscaling/v2",
-                                      "kind": "HorizontalPodAutoscaler"}, "hpa")
+                    return parse_hpa({**doc, "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"}, "hpa")
                 except ValidationError:
                     return None
         return None
@@ -153,17 +171,31 @@ class AutoLeadTimes:
                 continue
             seen.add(vm.name)
             targets = auto_targets(vm, events)
-            found = [measure_lead_time(self.api_client, ns, {"kind": "Deployment", "name": name},
-                                       self.hpa_for(ns, name) if self.hpa_for else None, self.fallback)
-                     for ns, name in targets]
+            found = [
+                measure_lead_time(
+                    self.api_client,
+                    ns,
+                    {"kind": "Deployment", "name": name},
+                    self.hpa_for(ns, name) if self.hpa_for else None,
+                    self.fallback,
+                )
+                for ns, name in targets
+            ]
             measured = [e for e in found if e.reason == "Measured"]
             if measured:
                 estimate = max(measured, key=lambda e: e.seconds)
             elif found:
                 estimate = found[0]
             else:
-                estimate = LeadTimeEstimate(self.fallback, None, SYNC_PERIOD, 0.0, (), "Fallback",
-                                            "no VirtualMetricEvent names a target for this metric")
+                estimate = LeadTimeEstimate(
+                    self.fallback,
+                    None,
+                    SYNC_PERIOD,
+                    0.0,
+                    (),
+                    "Fallback",
+                    "no VirtualMetricEvent names a target for this metric",
+                )
             old = self.estimates.get(vm.name)
             changed |= old is None or old.seconds != estimate.seconds
             self.estimates[vm.name] = estimate
@@ -184,12 +216,19 @@ class AutoLeadTimes:
 
 def auto_targets(vm: Any, events: Iterable[Any]) -> list[tuple[str, str]]:
     """(namespace, name) of the workloads the VirtualMetricEvents give values of `vm`'s metric."""
-    return sorted({(entry.resource.namespace, entry.resource.name) for vme in events for entry in vme.metrics
-                   if entry.metric == vm.metric_name and entry.resource.name})
+    return sorted(
+        {
+            (entry.resource.namespace, entry.resource.name)
+            for vme in events
+            for entry in vme.metrics
+            if entry.metric == vm.metric_name and entry.resource.name
+        }
+    )
 
 
-async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = AutoLeadTimes.REFRESH,
-                        check_every: float = 2.0) -> None:
+async def learn_forever(
+    engine: Any, learner: AutoLeadTimes, interval: float = AutoLeadTimes.REFRESH, check_every: float = 2.0
+) -> None:
     """Cluster mode: re-measure the Auto VirtualMetrics' targets every `interval` (API calls in a thread),
     and within `check_every` when an Auto VirtualMetric or one of its targets appears or changes: the
     objects arrive from the API after this loop starts, and a metric switched to Auto must not wait
@@ -215,4 +254,14 @@ async def learn_forever(engine: Any, learner: AutoLeadTimes, interval: float = A
         await asyncio.sleep(min(check_every, interval))
 
 
-__all__ = ["AutoLeadTimes", "auto_targets", "hpa_reader", "learn_forever", "LeadTimeEstimate", "learn_lead_time", "measure_lead_time", "pod_startups", "ramp_seconds"]
+__all__ = [
+    "AutoLeadTimes",
+    "auto_targets",
+    "hpa_reader",
+    "learn_forever",
+    "LeadTimeEstimate",
+    "learn_lead_time",
+    "measure_lead_time",
+    "pod_startups",
+    "ramp_seconds",
+]

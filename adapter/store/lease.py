@@ -45,10 +45,19 @@ def default_identity() -> str:
 
 
 class LeaseElector:
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = "prescaler-status-writer", *,
-                 identity: str | None = None, lease_duration: float = 15.0, renew_interval: float = 5.0,
-                 retry_interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[bool], None] | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        name: str = "prescaler-status-writer",
+        *,
+        identity: str | None = None,
+        lease_duration: float = 15.0,
+        renew_interval: float = 5.0,
+        retry_interval: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[bool], None] | None = None,
+    ):
         if renew_interval >= lease_duration:
             raise ValueError("renew_interval must be shorter than lease_duration")
         self.api = client.CoordinationV1Api(api_client)
@@ -102,13 +111,22 @@ class LeaseElector:
         transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
         # Plain dicts (sanitised as-is by the client) keep the MicroTime text exact.
         body: Any = {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace,
-                         "resourceVersion": lease.metadata.resource_version if lease.metadata else None},
-            "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
-                     "acquireTime": (micro_time(spec.acquire_time) if holder == self.identity and spec.acquire_time
-                                     else now),
-                     "renewTime": now, "leaseTransitions": transitions},
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease.metadata.resource_version if lease.metadata else None,
+            },
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_duration),
+                "acquireTime": (
+                    micro_time(spec.acquire_time) if holder == self.identity and spec.acquire_time else now
+                ),
+                "renewTime": now,
+                "leaseTransitions": transitions,
+            },
         }
         try:
             self.api.replace_namespaced_lease(self.name, self.namespace, body)
@@ -121,10 +139,18 @@ class LeaseElector:
 
     def _create(self) -> bool:
         now = micro_time()
-        body: Any = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_duration),
-                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
+        body: Any = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.lease_duration),
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }
         try:
             self.api.create_namespaced_lease(self.namespace, body)
         except ApiException as exc:
@@ -138,8 +164,13 @@ class LeaseElector:
         changed = leader != self._leader
         self._leader = leader
         if changed:
-            log.info("lease %s/%s: %s %s leadership", self.namespace, self.name, self.identity,
-                     "acquired" if leader else "lost")
+            log.info(
+                "lease %s/%s: %s %s leadership",
+                self.namespace,
+                self.name,
+                self.identity,
+                "acquired" if leader else "lost",
+            )
             if self.on_change is not None:
                 try:
                     self.on_change(leader)

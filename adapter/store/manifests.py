@@ -63,8 +63,9 @@ class _FileState:
 class ManifestStore:
     """Feeds an ObjectSink (the engine) from files; `poll()` re-reads what changed."""
 
-    def __init__(self, sink: Any, paths: Iterable[str], poll_interval: float = 1.0,
-                 max_file_bytes: int = MAX_FILE_BYTES):
+    def __init__(
+        self, sink: Any, paths: Iterable[str], poll_interval: float = 1.0, max_file_bytes: int = MAX_FILE_BYTES
+    ):
         self.sink = sink
         self.max_file_bytes = max_file_bytes
         self.paths = [Path(p) for p in paths]
@@ -168,8 +169,13 @@ class ManifestStore:
             self.sink.resync(kind, docs)
             return
         except Exception as exc:  # noqa: BLE001 - isolated below, object by object
-            log.error("applying %d %s objects failed (%s: %s); applying them one at a time",
-                      len(docs), kind, type(exc).__name__, exc)
+            log.error(
+                "applying %d %s objects failed (%s: %s); applying them one at a time",
+                len(docs),
+                kind,
+                type(exc).__name__,
+                exc,
+            )
         accepted: list[dict[str, Any]] = []
         for doc in docs:
             try:
@@ -217,8 +223,10 @@ def load_documents(path: Path, max_bytes: int = MAX_FILE_BYTES) -> list[dict[str
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise ManifestError(f"{path}: {size} bytes is larger than the limit of {max_bytes} bytes "
-                                f"(raise it with --max-manifest-bytes)")
+            raise ManifestError(
+                f"{path}: {size} bytes is larger than the limit of {max_bytes} bytes "
+                f"(raise it with --max-manifest-bytes)"
+            )
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ManifestError(f"{path}: not UTF-8 text") from None
@@ -293,7 +301,8 @@ def _check_alias_expansion(path: Path, text: str) -> None:
                 mark = event.start_mark
                 raise ManifestError(
                     f"{path}: line {mark.line + 1}: YAML aliases expand to more than {MAX_ALIAS_EXPANSION} nodes "
-                    "(an alias bomb?); write the values out or use fewer aliases")
+                    "(an alias bomb?); write the values out or use fewer aliases"
+                )
             add(count)
         elif isinstance(event, yaml.ScalarEvent):
             if event.anchor:
@@ -357,5 +366,7 @@ def _unknown_kind_warning(doc: Mapping[str, Any], path: Path) -> str | None:
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
-    return (f"{path}: ignored document kind {kind!r} ({api_version}, name {name!r}): prescaler knows "
-            f"{', '.join(OWN_KINDS)} only{hint}")
+    return (
+        f"{path}: ignored document kind {kind!r} ({api_version}, name {name!r}): prescaler knows "
+        f"{', '.join(OWN_KINDS)} only{hint}"
+    )

@@ -61,8 +61,9 @@ _UNKNOWN = object()
 rfc3339_now = timefmt.rfc3339_now  # kept importable from here for callers of the writer
 
 
-def complete_status(generation: int, desired: Mapping[str, Any], current: Mapping[str, Any] | None,
-                    now: str) -> dict[str, Any]:
+def complete_status(
+    generation: int, desired: Mapping[str, Any], current: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
     """The status to store: `desired` with observedGeneration filled in and stable lastTransitionTimes."""
     status = dict(desired)
     status.setdefault("observedGeneration", generation)
@@ -90,12 +91,22 @@ def status_patch(target: Mapping[str, Any], current: Mapping[str, Any] | None) -
 
 
 class StatusWriter:
-    def __init__(self, api_client: client.ApiClient, desired: Callable[[], Desired], *,
-                 elector: LeaseElector | None = None, min_interval: float = 5.0,
-                 resync_interval: float = 300.0, idle_poll: float = 10.0,
-                 backoff_initial: float = 1.0, backoff_max: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic, now: Callable[[], str] = rfc3339_now,
-                 request_timeout: float = 10.0, events: EventRecorder | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        desired: Callable[[], Desired],
+        *,
+        elector: LeaseElector | None = None,
+        min_interval: float = 5.0,
+        resync_interval: float = 300.0,
+        idle_poll: float = 10.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], str] = rfc3339_now,
+        request_timeout: float = 10.0,
+        events: EventRecorder | None = None,
+    ):
         self.api = client.CustomObjectsApi(api_client)
         self.events = events  # Kubernetes Events for condition changes (cluster mode)
         self.desired = desired
@@ -185,8 +196,9 @@ class StatusWriter:
             if current is _UNKNOWN:
                 # The object itself, not .../status: RBAC grants get on the resource and only
                 # update/patch on the status subresource (least privilege), and both carry the status.
-                obj: Any = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name,
-                                                              _request_timeout=self.request_timeout)
+                obj: Any = self.api.get_cluster_custom_object(
+                    GROUP, VERSION, plural, name, _request_timeout=self.request_timeout
+                )
                 current = obj.get("status") or {}
                 self._known[key] = current
             target = complete_status(generation, status, current, self._now())
@@ -196,8 +208,8 @@ class StatusWriter:
             if now < due:
                 return due - now  # coalesce: the write at `due` carries whatever is desired then
             result: Any = self.api.patch_cluster_custom_object_status(
-                GROUP, VERSION, plural, name, status_patch(target, current),
-                _request_timeout=self.request_timeout)
+                GROUP, VERSION, plural, name, status_patch(target, current), _request_timeout=self.request_timeout
+            )
             self._known[key] = (result or {}).get("status") or target
             self._last_write[key] = self._clock()
             if self.events is not None:

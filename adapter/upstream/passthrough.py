@@ -59,9 +59,18 @@ class Answer:
 
 def status_body(code: int, reason: str, message: str) -> bytes:
     """A metav1.Status failure, field order as the Go type serialises it."""
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                       "message": message, "reason": reason, "code": code},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 class _TooLarge(Exception):
@@ -95,8 +104,13 @@ class _TokenFile:
 class Passthrough:
     """The upstream client: `forward` for value requests, `merged_names` for discovery."""
 
-    def __init__(self, config: UpstreamConfig, *, own_names: Callable[[], Iterable[str]] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        config: UpstreamConfig,
+        *,
+        own_names: Callable[[], Iterable[str]] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.config = config
         self._own_names = own_names
         self._transport = transport
@@ -108,7 +122,7 @@ class Passthrough:
         self._reported_shadowed: set[str] = set()
         self._merged: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] = ((), (), ())
         self.on_shadowed_change: Callable[[], None] | None = None  # e.g. the status writer's notify
-        self.discovery_refreshes = 0      # successful refreshes (tests, logs)
+        self.discovery_refreshes = 0  # successful refreshes (tests, logs)
         self.last_discovery_error: str | None = None
         if config.insecure_skip_verify:
             log.warning("upstream %s: TLS verification is OFF (--upstream-insecure-skip-tls-verify)", config.url)
@@ -117,11 +131,19 @@ class Passthrough:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            limits = httpx.Limits(max_connections=self.config.max_connections,
-                                  max_keepalive_connections=self.config.max_connections, keepalive_expiry=30.0)
+            limits = httpx.Limits(
+                max_connections=self.config.max_connections,
+                max_keepalive_connections=self.config.max_connections,
+                keepalive_expiry=30.0,
+            )
             self._client = httpx.AsyncClient(
-                verify=self.config.ssl_context(), limits=limits, timeout=httpx.Timeout(self.config.timeout),
-                follow_redirects=False, trust_env=False, transport=self._transport)
+                verify=self.config.ssl_context(),
+                limits=limits,
+                timeout=httpx.Timeout(self.config.timeout),
+                follow_redirects=False,
+                trust_env=False,
+                transport=self._transport,
+            )
         return self._client
 
     async def start(self) -> None:
@@ -129,8 +151,12 @@ class Passthrough:
         self._http()
         if self._task is None:
             self._task = asyncio.create_task(self._discovery_loop(), name="upstream-discovery")
-        log.info("upstream passthrough to %s (timeout %.1fs, pool %d)", self.config.url, self.config.timeout,
-                 self.config.max_connections)
+        log.info(
+            "upstream passthrough to %s (timeout %.1fs, pool %d)",
+            self.config.url,
+            self.config.timeout,
+            self.config.max_connections,
+        )
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -148,8 +174,9 @@ class Passthrough:
         """Send the caller's path and query to the upstream with prescaler's identity; never raises."""
         path = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else raw_path
         query = query_string.decode("latin-1")
-        return await self._exchange("value", method if method in ("GET", "HEAD") else "GET",
-                                    path + (f"?{query}" if query else ""))
+        return await self._exchange(
+            "value", method if method in ("GET", "HEAD") else "GET", path + (f"?{query}" if query else "")
+        )
 
     async def _exchange(self, kind: str, method: str, path_and_query: str) -> Answer:
         url = self.config.base_url + path_and_query
@@ -164,20 +191,39 @@ class Passthrough:
                     body = await self._read_limited(response)
                     answer = Answer(response.status_code, body, _content_type(response.headers.get("content-type")))
         except _TooLarge:
-            answer = self._failure(kind, "too_large", 503, "ServiceUnavailable",
-                                   f"the upstream metrics adapter's answer exceeds "
-                                   f"{self.config.max_response_bytes} bytes")
+            answer = self._failure(
+                kind,
+                "too_large",
+                503,
+                "ServiceUnavailable",
+                f"the upstream metrics adapter's answer exceeds {self.config.max_response_bytes} bytes",
+            )
         except (TimeoutError, httpx.TimeoutException):
-            answer = self._failure(kind, "timeout", 504, "Timeout",
-                                   f"the upstream metrics adapter did not answer within {self.config.timeout:g}s")
+            answer = self._failure(
+                kind,
+                "timeout",
+                504,
+                "Timeout",
+                f"the upstream metrics adapter did not answer within {self.config.timeout:g}s",
+            )
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            answer = self._failure(kind, "unavailable", 503, "ServiceUnavailable",
-                                   f"the upstream metrics adapter is unavailable: {type(exc).__name__}")
+            answer = self._failure(
+                kind,
+                "unavailable",
+                503,
+                "ServiceUnavailable",
+                f"the upstream metrics adapter is unavailable: {type(exc).__name__}",
+            )
             log.debug("upstream %s %s failed: %r", method, path_and_query, exc)
         except Exception as exc:  # noqa: BLE001 - a surprise must cost this request only, never a 500
             log.exception("upstream %s %s failed unexpectedly", method, path_and_query)
-            answer = self._failure(kind, "unavailable", 503, "ServiceUnavailable",
-                                   f"the upstream metrics adapter is unavailable: {type(exc).__name__}")
+            answer = self._failure(
+                kind,
+                "unavailable",
+                503,
+                "ServiceUnavailable",
+                f"the upstream metrics adapter is unavailable: {type(exc).__name__}",
+            )
         else:
             m.UPSTREAM_REQUESTS.labels(kind=kind, code=str(answer.code)).inc()
         m.UPSTREAM_SECONDS.labels(kind=kind).observe(time.perf_counter() - started)
@@ -214,8 +260,11 @@ class Passthrough:
         answer = await self._exchange("discovery", "GET", DISCOVERY_PATH)
         if answer.code != 200:
             self.last_discovery_error = f"HTTP {answer.code}: {answer.body[:200]!r}"
-            log.warning("upstream discovery failed (%s); serving the %d cached names", self.last_discovery_error,
-                        len(self._names))
+            log.warning(
+                "upstream discovery failed (%s); serving the %d cached names",
+                self.last_discovery_error,
+                len(self._names),
+            )
             return False
         try:
             names = parse_resource_list(answer.body)
@@ -269,8 +318,11 @@ class Passthrough:
             self.on_shadowed_change()
         m.UPSTREAM_SHADOWED.set(len(shadowed))
         for name in sorted(shadowed - self._reported_shadowed):
-            log.warning("metric %r is defined by prescaler and by the upstream adapter; prescaler's VirtualMetric "
-                        "is served and the upstream's is hidden", name)
+            log.warning(
+                "metric %r is defined by prescaler and by the upstream adapter; prescaler's VirtualMetric "
+                "is served and the upstream's is hidden",
+                name,
+            )
         self._reported_shadowed |= shadowed
 
 
@@ -292,8 +344,11 @@ def parse_resource_list(body: bytes) -> tuple[str, ...]:
     resources = doc.get("resources")
     if not isinstance(resources, list):
         raise ValueError("APIResourceList without a resources list")
-    names = {r["name"] for r in resources if isinstance(r, dict) and isinstance(r.get("name"), str)
-             and r["name"] and "/" not in r["name"]}
+    names = {
+        r["name"]
+        for r in resources
+        if isinstance(r, dict) and isinstance(r.get("name"), str) and r["name"] and "/" not in r["name"]
+    }
     if len(names) > _MAX_NAMES:
         raise ValueError(f"more than {_MAX_NAMES} metric names")
     return tuple(sorted(names))

@@ -20,13 +20,18 @@ Desired = Mapping[tuple[str, str], tuple[int, Mapping[str, Any]]]
 
 
 def shadow_condition(metric: str, upstream_url: str) -> dict[str, Any]:
-    return {"type": CONDITION, "status": "True", "reason": "UpstreamDefinesMetric",
-            "message": f"the upstream adapter {upstream_url} also serves metric {metric}; this VirtualMetric's "
-                       f"value is served and the upstream's is hidden"}
+    return {
+        "type": CONDITION,
+        "status": "True",
+        "reason": "UpstreamDefinesMetric",
+        "message": f"the upstream adapter {upstream_url} also serves metric {metric}; this VirtualMetric's "
+        f"value is served and the upstream's is hidden",
+    }
 
 
-def add_shadow_conditions(desired: Desired, shadowed: frozenset[str], served_names: Mapping[str, str],
-                          upstream_url: str) -> dict[tuple[str, str], tuple[int, Mapping[str, Any]]]:
+def add_shadow_conditions(
+    desired: Desired, shadowed: frozenset[str], served_names: Mapping[str, str], upstream_url: str
+) -> dict[tuple[str, str], tuple[int, Mapping[str, Any]]]:
     out = dict(desired)
     if not shadowed:
         return out
@@ -35,13 +40,16 @@ def add_shadow_conditions(desired: Desired, shadowed: frozenset[str], served_nam
         if kind != KIND_METRIC or metric not in shadowed:
             continue
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != CONDITION]
-        out[(kind, name)] = (generation, {**status, "conditions": [*conditions,
-                                                                   shadow_condition(metric, upstream_url)]})
+        out[(kind, name)] = (
+            generation,
+            {**status, "conditions": [*conditions, shadow_condition(metric, upstream_url)]},
+        )
     return out
 
 
-def with_shadow_conditions(desired: Callable[[], Desired], upstream: Passthrough,
-                           served_names: Callable[[], Mapping[str, str]]) -> Callable[[], Desired]:
+def with_shadow_conditions(
+    desired: Callable[[], Desired], upstream: Passthrough, served_names: Callable[[], Mapping[str, str]]
+) -> Callable[[], Desired]:
     def combined() -> Desired:
         return add_shadow_conditions(desired(), upstream.shadowed, served_names(), upstream.config.url)
 

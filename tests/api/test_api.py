@@ -16,9 +16,15 @@ SEED_ITEM = {"start": NOW, "end": NOW + 60, "values": {"scheduledMessage": 50}}
 def seed_docs(**metric_spec):
     return [
         metric("rps", **metric_spec),
-        schedule_event("stage-vme", [SEED_ITEM], [entry("service-a", "service-a", "scheduledMessage * 2"),
-                                                 entry("service-b", "service-b", "scheduledMessage")],
-                       labels={"team": "chat"}),
+        schedule_event(
+            "stage-vme",
+            [SEED_ITEM],
+            [
+                entry("service-a", "service-a", "scheduledMessage * 2"),
+                entry("service-b", "service-b", "scheduledMessage"),
+            ],
+            labels={"team": "chat"},
+        ),
     ]
 
 
@@ -38,17 +44,28 @@ def get(docs, path, **kw):
 def test_discovery_documents_exact() -> None:
     r = get(seed_docs(), "/apis")
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
-    assert r.json() == {"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
-        "name": "external.metrics.k8s.io",
-        "versions": [{"groupVersion": "external.metrics.k8s.io/v1beta1", "version": "v1beta1"}],
-        "preferredVersion": {"groupVersion": "external.metrics.k8s.io/v1beta1", "version": "v1beta1"}}]}
+    assert r.json() == {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {
+                "name": "external.metrics.k8s.io",
+                "versions": [{"groupVersion": "external.metrics.k8s.io/v1beta1", "version": "v1beta1"}],
+                "preferredVersion": {"groupVersion": "external.metrics.k8s.io/v1beta1", "version": "v1beta1"},
+            }
+        ],
+    }
     r = get(seed_docs(), "/apis/external.metrics.k8s.io")
     assert r.json()["kind"] == "APIGroup" and r.json()["name"] == "external.metrics.k8s.io"
     r = get(seed_docs(), V1)
-    assert r.json() == {"kind": "APIResourceList", "apiVersion": "v1",
-                        "groupVersion": "external.metrics.k8s.io/v1beta1",
-                        "resources": [{"name": "rps", "singularName": "", "namespaced": True,
-                                       "kind": "ExternalMetricValueList", "verbs": ["get"]}]}
+    assert r.json() == {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": "external.metrics.k8s.io/v1beta1",
+        "resources": [
+            {"name": "rps", "singularName": "", "namespaced": True, "kind": "ExternalMetricValueList", "verbs": ["get"]}
+        ],
+    }
 
 
 def test_discovery_v2_accept_still_gets_legacy_json() -> None:
@@ -75,8 +92,12 @@ def test_value_list_shape_and_seed_values() -> None:
     assert body["kind"] == "ExternalMetricValueList" and body["apiVersion"] == "external.metrics.k8s.io/v1beta1"
     assert body["metadata"] == {}
     (item,) = body["items"]
-    assert item == {"metricName": "rps", "metricLabels": {"resource": "service-a", "team": "chat"},
-                    "timestamp": "2023-11-21T05:50:10Z", "value": "100"}
+    assert item == {
+        "metricName": "rps",
+        "metricLabels": {"resource": "service-a", "team": "chat"},
+        "timestamp": "2023-11-21T05:50:10Z",
+        "value": "100",
+    }
     assert "window" not in item
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", item["timestamp"])
     r = get(seed_docs(), f"{V1}/namespaces/service-b/rps?labelSelector=resource%3Dservice-b", now=NOW + 10)
@@ -91,18 +112,21 @@ def test_default_value_outside_window_and_lead_time_moves_rise_earlier() -> None
     assert get(seed_docs(leadTime="5m"), path, now=NOW - 301).json()["items"][0]["value"] == "0"
 
 
-@pytest.mark.parametrize("query, expected", [
-    ("", ["service-a"]),
-    ("?labelSelector=resource%3Dservice-a", ["service-a"]),
-    ("?labelSelector=resource%3D%3Dservice-a", ["service-a"]),
-    ("?labelSelector=resource+in+%28service-a%2Cservice-x%29", ["service-a", "service-x"]),
-    ("?labelSelector=resource%21%3Dservice-a", []),
-    ("?labelSelector=resource+notin+%28service-b%29", ["service-a"]),
-    ("?labelSelector=team", ["service-a"]),
-    ("?labelSelector=%21team", []),
-    ("?labelSelector=team%3Dchat%2Cresource%3Dservice-a", ["service-a"]),
-    ("?labelSelector=example.com%2Ftier%3Dgold", []),
-])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("", ["service-a"]),
+        ("?labelSelector=resource%3Dservice-a", ["service-a"]),
+        ("?labelSelector=resource%3D%3Dservice-a", ["service-a"]),
+        ("?labelSelector=resource+in+%28service-a%2Cservice-x%29", ["service-a", "service-x"]),
+        ("?labelSelector=resource%21%3Dservice-a", []),
+        ("?labelSelector=resource+notin+%28service-b%29", ["service-a"]),
+        ("?labelSelector=team", ["service-a"]),
+        ("?labelSelector=%21team", []),
+        ("?labelSelector=team%3Dchat%2Cresource%3Dservice-a", ["service-a"]),
+        ("?labelSelector=example.com%2Ftier%3Dgold", []),
+    ],
+)
 def test_label_selector_filtering(query: str, expected: list[str]) -> None:
     r = get(seed_docs(), f"{V1}/namespaces/service-a/rps{query}", now=NOW + 1)
     assert r.status_code == 200
@@ -111,12 +135,19 @@ def test_label_selector_filtering(query: str, expected: list[str]) -> None:
 
 def test_selector_naming_unknown_resource_gets_default_item() -> None:
     r = get(seed_docs(defaultValue=7), f"{V1}/namespaces/other/rps?labelSelector=resource%3Dsvc-new")
-    assert r.json()["items"] == [{"metricName": "rps", "metricLabels": {"resource": "svc-new"},
-                                  "timestamp": "2023-11-21T05:50:00Z", "value": "7"}]
+    assert r.json()["items"] == [
+        {
+            "metricName": "rps",
+            "metricLabels": {"resource": "svc-new"},
+            "timestamp": "2023-11-21T05:50:00Z",
+            "value": "7",
+        }
+    ]
 
 
-@pytest.mark.parametrize("selector", ["a+in+%28b", "%3Dx", "a%3D%3D%3Db", "a%3Db%3Dc",
-                                      "a+notin", "%21%21a", "a%3Eb", "a+b"])
+@pytest.mark.parametrize(
+    "selector", ["a+in+%28b", "%3Dx", "a%3D%3D%3Db", "a%3Db%3Dc", "a+notin", "%21%21a", "a%3Eb", "a+b"]
+)
 def test_malformed_selector_is_400_status(selector: str) -> None:
     r = get(seed_docs(), f"{V1}/namespaces/service-a/rps?labelSelector={selector}")
     assert r.status_code == 400
@@ -134,19 +165,40 @@ def test_upstream_selector_error_message() -> None:
 def test_unknown_metric_404_status() -> None:
     r = get(seed_docs(), f"{V1}/namespaces/default/queue_depth")
     assert r.status_code == 404
-    assert r.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": "the server could not find the metric queue_depth for namespaces",
-                        "reason": "NotFound", "code": 404}
+    assert r.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server could not find the metric queue_depth for namespaces",
+        "reason": "NotFound",
+        "code": 404,
+    }
 
 
-@pytest.mark.parametrize("path", [f"{V1}/rps", f"{V1}/namespaces/service-a", f"{V1}/namespaces/a/rps/extra",
-                                  f"{V1}/namespaces//rps", f"{V1}/pods/x/y"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{V1}/rps",
+        f"{V1}/namespaces/service-a",
+        f"{V1}/namespaces/a/rps/extra",
+        f"{V1}/namespaces//rps",
+        f"{V1}/pods/x/y",
+    ],
+)
 def test_non_namespaced_and_extra_paths_404_status(path: str) -> None:
     r = get(seed_docs(), path)
     assert r.status_code == 404
-    assert r.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": "the server could not find the requested resource", "reason": "NotFound",
-                        "details": {}, "code": 404}
+    assert r.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server could not find the requested resource",
+        "reason": "NotFound",
+        "details": {},
+        "code": 404,
+    }
 
 
 def test_paths_outside_the_group_are_plain_404() -> None:
@@ -163,8 +215,11 @@ def test_non_get_is_405_status(method: str) -> None:
 
 
 def test_protobuf_accept_gets_json() -> None:
-    r = get(seed_docs(), f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a",
-            headers={"Accept": "application/vnd.kubernetes.protobuf, */*"})
+    r = get(
+        seed_docs(),
+        f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a",
+        headers={"Accept": "application/vnd.kubernetes.protobuf, */*"},
+    )
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     json.loads(r.content)
 
@@ -188,8 +243,12 @@ def test_health_version_metrics_openapi() -> None:
     version = get(seed_docs(), "/version").json()
     assert version["gitVersion"].startswith("v") and version["gitCommit"]
     metrics = get(seed_docs(), "/metrics").text
-    for name in ("prescaler_request_duration_seconds", "prescaler_source_fetches_total",
-                 "prescaler_timeline_recomputes_total", "prescaler_source_stale"):
+    for name in (
+        "prescaler_request_duration_seconds",
+        "prescaler_source_fetches_total",
+        "prescaler_timeline_recomputes_total",
+        "prescaler_source_stale",
+    ):
         assert name in metrics
     v2 = get(seed_docs(), "/openapi/v2").json()
     assert v2["swagger"] == "2.0" and v2["paths"] and v2["definitions"]
@@ -222,6 +281,7 @@ def test_readyz_503_before_objects_loaded() -> None:
         await engine.start()
         async with make_client(engine) as c:
             return await c.get("/readyz")
+
     r = run(go())
     assert r.status_code == 503
 
@@ -234,24 +294,32 @@ def test_reused_responses_follow_time_changes_and_new_snapshots() -> None:
 
     announcer = Announcer()
     announcer.set_items([{"start": NOW, "end": NOW + 0.5, "values": {"scheduledMessage": 5}}])
-    event = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "ev"},
-             "spec": {"source": {"api": {"url": announcer.url}, "interval": "10s"},
-                      "metrics": [entry("service-a", "service-a", "scheduledMessage")]}}
+    event = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "ev"},
+        "spec": {
+            "source": {"api": {"url": announcer.url}, "interval": "10s"},
+            "metrics": [entry("service-a", "service-a", "scheduledMessage")],
+        },
+    }
     path = f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a"
 
     async def go():
         engine = await loaded_engine([metric(defaultValue=1), event])
         seen = []
         async with client(engine) as c:
+
             async def value(at):
                 engine.test_clock["now"] = at
                 r = await c.get(path)
                 return r.json()["items"][0]["value"] if r.status_code == 200 else r.status_code
+
             seen.append(await value(NOW + 0.1))
-            seen.append(await value(NOW + 0.2))   # reused
-            seen.append(await value(NOW + 0.6))   # past the item's end within the same second
+            seen.append(await value(NOW + 0.2))  # reused
+            seen.append(await value(NOW + 0.6))  # past the item's end within the same second
             announcer.set_items([{"start": NOW, "end": NOW + 100, "values": {"scheduledMessage": 9}}])
-            await fetch_all(engine)               # a new snapshot
+            await fetch_all(engine)  # a new snapshot
             seen.append(await value(NOW + 0.7))
             announcer.set_raw(b"down", status=500)
             await fetch_all(engine)
@@ -259,6 +327,7 @@ def test_reused_responses_follow_time_changes_and_new_snapshots() -> None:
             seen.append(await value(NOW + 50.8))  # same second, now stale -> 503 (onStale: Hold)
         await engine.stop()
         return seen
+
     try:
         assert run(go()) == ["5", "5", "1", "9", "9", 503]
     finally:

@@ -52,6 +52,7 @@ def get_all(provider: FakeProvider, *paths: str) -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=PrescalerApp(provider))
         async with httpx.AsyncClient(transport=transport, base_url="https://prescaler.test") as c:
             return [await c.get(p) for p in paths]
+
     return run(go())
 
 
@@ -60,16 +61,25 @@ def test_values_become_an_exact_value_list() -> None:
     discovery, value = get_all(provider, V1, f"{V1}/namespaces/ns/rps?labelSelector=resource%3Dsvc")
     assert [r["name"] for r in discovery.json()["resources"]] == ["rps"]
     assert value.status_code == 200
-    assert value.content == (b'{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1",'
-                             b'"metadata":{},"items":[{"metricName":"rps","metricLabels":{"resource":"svc",'
-                             b'"team":"a"},"timestamp":"2023-11-14T22:13:20Z","value":"1500m"}]}')
+    assert value.content == (
+        b'{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1",'
+        b'"metadata":{},"items":[{"metricName":"rps","metricLabels":{"resource":"svc",'
+        b'"team":"a"},"timestamp":"2023-11-14T22:13:20Z","value":"1500m"}]}'
+    )
 
 
 def test_metric_not_found_is_a_404_status() -> None:
     (response,) = get_all(FakeProvider(), f"{V1}/namespaces/ns/nope")
     assert response.status_code == 404
-    assert response.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": "no metric nope", "reason": "NotFound", "code": 404}
+    assert response.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "no metric nope",
+        "reason": "NotFound",
+        "code": 404,
+    }
 
 
 def test_source_on_hold_is_a_503_status() -> None:
@@ -81,8 +91,9 @@ def test_source_on_hold_is_a_503_status() -> None:
 
 
 def test_answers_are_reused_until_valid_until_or_a_new_snapshot() -> None:
-    provider = FakeProvider({"rps": Values((TargetValue("svc", "ns", {"resource": "svc"}, 1.0),),
-                                           valid_until=NOW + 0.5)})
+    provider = FakeProvider(
+        {"rps": Values((TargetValue("svc", "ns", {"resource": "svc"}, 1.0),), valid_until=NOW + 0.5)}
+    )
     path = f"{V1}/namespaces/ns/rps"
 
     async def go() -> list[int]:
@@ -99,14 +110,18 @@ def test_answers_are_reused_until_valid_until_or_a_new_snapshot() -> None:
             await c.get(path)
             counts.append(len(provider.calls))
         return counts
+
     assert run(go()) == [1, 2, 3]
 
 
 def test_preview_outcomes_become_status_bodies() -> None:
     provider = FakeProvider({"rps": Values(valid_until=math.inf)})
-    ok, missing, bad = get_all(provider, "/prescaler/v1/preview?metric=rps&namespace=ns&resource=svc",
-                               "/prescaler/v1/preview?metric=nope&namespace=ns&resource=svc",
-                               "/prescaler/v1/preview?metric=rps&namespace=ns&resource=svc&start=inf")
+    ok, missing, bad = get_all(
+        provider,
+        "/prescaler/v1/preview?metric=rps&namespace=ns&resource=svc",
+        "/prescaler/v1/preview?metric=nope&namespace=ns&resource=svc",
+        "/prescaler/v1/preview?metric=rps&namespace=ns&resource=svc&start=inf",
+    )
     assert ok.status_code == 200 and ok.json() == {"metric": "rps", "steps": []}
     assert missing.status_code == 404 and missing.json()["reason"] == "NotFound"
     assert bad.status_code == 400 and bad.json()["kind"] == "Status" and "start" in bad.json()["message"]

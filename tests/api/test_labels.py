@@ -162,25 +162,53 @@ def test_error_is_a_value_error() -> None:
     ("text", "message"),
     [
         # Strings seen in upstream tests and real kubectl output (find them by grepping the web).
-        ("app:monolith", 'unable to parse requirement: <nil>: Invalid value: "app:monolith": name part '
-         + NAME_REGEX_HINT),
+        (
+            "app:monolith",
+            'unable to parse requirement: <nil>: Invalid value: "app:monolith": name part ' + NAME_REGEX_HINT,
+        ),
         ("*bar", 'unable to parse requirement: <nil>: Invalid value: "*bar": name part ' + NAME_REGEX_HINT),
-        ("a/b/c ?=? def", 'unable to parse requirement: <nil>: Invalid value: "a/b/c": a qualified name '
-         + NAME_REGEX_HINT + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"),
-        ("app.kubernetes_io/name=x",
-         ('unable to parse requirement: <nil>: Invalid value: "app.kubernetes_io/name": prefix part a '
-         "lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-         "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
-         "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")),
+        (
+            "a/b/c ?=? def",
+            'unable to parse requirement: <nil>: Invalid value: "a/b/c": a qualified name '
+            + NAME_REGEX_HINT
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        ),
+        (
+            "app.kubernetes_io/name=x",
+            (
+                'unable to parse requirement: <nil>: Invalid value: "app.kubernetes_io/name": prefix part a '
+                "lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+                "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation "
+                "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ),
+        ),
         ("/a", 'unable to parse requirement: <nil>: Invalid value: "/a": prefix part must be non-empty'),
-        ("a/", 'unable to parse requirement: <nil>: Invalid value: "a/": name part must be non-empty; '
-         "name part " + NAME_REGEX_HINT),
-        ("k>a", ("unable to parse requirement: values[0]: Invalid value: \"a\": for 'Gt', 'Lt' operators, "
-         "the value must be an integer")),
-        ("k<", ("unable to parse requirement: values[0]: Invalid value: \"\": for 'Gt', 'Lt' operators, "
-         "the value must be an integer")),
-        ("k>1.5", ("unable to parse requirement: values[0]: Invalid value: \"1.5\": for 'Gt', 'Lt' "
-         "operators, the value must be an integer")),
+        (
+            "a/",
+            'unable to parse requirement: <nil>: Invalid value: "a/": name part must be non-empty; '
+            "name part " + NAME_REGEX_HINT,
+        ),
+        (
+            "k>a",
+            (
+                "unable to parse requirement: values[0]: Invalid value: \"a\": for 'Gt', 'Lt' operators, "
+                "the value must be an integer"
+            ),
+        ),
+        (
+            "k<",
+            (
+                "unable to parse requirement: values[0]: Invalid value: \"\": for 'Gt', 'Lt' operators, "
+                "the value must be an integer"
+            ),
+        ),
+        (
+            "k>1.5",
+            (
+                "unable to parse requirement: values[0]: Invalid value: \"1.5\": for 'Gt', 'Lt' "
+                "operators, the value must be an integer"
+            ),
+        ),
     ],
 )
 def test_validation_errors(text: str, message: str) -> None:
@@ -194,8 +222,10 @@ def test_value_error_names_the_key_and_index() -> None:
         parse_selector("env in (ok,-bad)")
     message = str(caught.value)
     # values are sorted before validation (upstream passes sets.String.List()), "-bad" < "ok"
-    assert message.startswith('unable to parse requirement: values[0][env]: Invalid value: "-bad": a valid '
-                              "label must be an empty string or consist of alphanumeric characters")
+    assert message.startswith(
+        'unable to parse requirement: values[0][env]: Invalid value: "-bad": a valid '
+        "label must be an empty string or consist of alphanumeric characters"
+    )
     assert "regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?'" in message
 
 
@@ -247,8 +277,11 @@ def test_key_too_long_message() -> None:
         parse_selector("a" * 64)
     with pytest.raises(SelectorError, match="prefix part must be no more than 253 characters"):
         parse_selector("p" * 254 + "/n")
-    with pytest.raises(SelectorError, match=r'values\[0\]\[k\]: Invalid value: "v{64}": must be no more '
-                       r"than 63 characters"):
+    with pytest.raises(
+        SelectorError,
+        match=r'values\[0\]\[k\]: Invalid value: "v{64}": must be no more '
+        r"than 63 characters",
+    ):
         parse_selector("k=" + "v" * 64)
 
 
@@ -329,8 +362,11 @@ def test_equality_values_returns_a_fresh_set() -> None:
 
 
 def test_requirement_constructor_validates_like_new_requirement() -> None:
-    with pytest.raises(SelectorError, match=r"values: Invalid value: \[\]string\{\}: for 'in', 'notin' "
-                       r"operators, values set can't be empty"):
+    with pytest.raises(
+        SelectorError,
+        match=r"values: Invalid value: \[\]string\{\}: for 'in', 'notin' "
+        r"operators, values set can't be empty",
+    ):
         Requirement("k", "in", [])
     with pytest.raises(SelectorError, match="exact-match compatibility requires one single value"):
         Requirement("k", "=", ["a", "b"])
@@ -375,10 +411,16 @@ def test_non_string_input_is_a_selector_error() -> None:
 # Property tests
 
 _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-_name = st.builds(
-    lambda first, middle, last: first + middle + last,
-    st.sampled_from(_ALNUM), st.text(alphabet=_ALNUM + "-_.", max_size=6), st.sampled_from(_ALNUM),
-) | st.sampled_from(_ALNUM) | st.sampled_from(["in", "notin"])
+_name = (
+    st.builds(
+        lambda first, middle, last: first + middle + last,
+        st.sampled_from(_ALNUM),
+        st.text(alphabet=_ALNUM + "-_.", max_size=6),
+        st.sampled_from(_ALNUM),
+    )
+    | st.sampled_from(_ALNUM)
+    | st.sampled_from(["in", "notin"])
+)
 _prefix = st.sampled_from(["", "example.com/", "a.b-c/", "keda.sh/"])
 _key = st.builds(lambda prefix, name: prefix + name, _prefix, _name)
 _value = st.sampled_from(["", "a", "b", "in", "notin", "x.y", "A-1", "5", "12", "007"])

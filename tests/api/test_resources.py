@@ -40,25 +40,34 @@ def test_seed_manifests_parse_unchanged() -> None:
     assert vme.source.kind == "api" and vme.source.common.interval == 30.0
     assert vme.source.common.stale_after == 150.0 and vme.source.common.on_stale == "Hold"
     assert [(e.resource.namespace, e.resource.name, e.expression) for e in vme.metrics] == [
-        ("service-a", "service-a", "scheduledMessage * 2"), ("service-b", "service-b", "scheduledMessage")]
+        ("service-a", "service-a", "scheduledMessage * 2"),
+        ("service-b", "service-b", "scheduledMessage"),
+    ]
 
 
 def _vm(**spec):
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-            "spec": spec}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetric",
+        "metadata": {"name": "rps"},
+        "spec": spec,
+    }
 
 
-@pytest.mark.parametrize("spec, path, fragment", [
-    ({"mergeStrategy": "Median"}, "spec.mergeStrategy", "not one of"),
-    ({"defaultValue": "many"}, "spec.defaultValue", "expected a number"),
-    ({"defaultValue": float("nan")}, "spec.defaultValue", "finite"),
-    ({"leadTime": "5 minutes"}, "spec.leadTime", "invalid duration"),
-    ({"leadTime": "-5m"}, "spec.leadTime", "between"),
-    ({"leadTime": "30d"}, "spec.leadTime", "invalid duration"),
-    ({"min": 5, "max": 1}, "spec.min", "greater than max"),
-    ({"colour": "red"}, "spec.colour", "unknown field"),
-    ({"name": "a/b"}, "spec.name", "not a valid metric name"),
-])
+@pytest.mark.parametrize(
+    "spec, path, fragment",
+    [
+        ({"mergeStrategy": "Median"}, "spec.mergeStrategy", "not one of"),
+        ({"defaultValue": "many"}, "spec.defaultValue", "expected a number"),
+        ({"defaultValue": float("nan")}, "spec.defaultValue", "finite"),
+        ({"leadTime": "5 minutes"}, "spec.leadTime", "invalid duration"),
+        ({"leadTime": "-5m"}, "spec.leadTime", "between"),
+        ({"leadTime": "30d"}, "spec.leadTime", "invalid duration"),
+        ({"min": 5, "max": 1}, "spec.min", "greater than max"),
+        ({"colour": "red"}, "spec.colour", "unknown field"),
+        ({"name": "a/b"}, "spec.name", "not a valid metric name"),
+    ],
+)
 def test_virtual_metric_errors_name_object_and_path(spec, path, fragment) -> None:
     with pytest.raises(ValidationError) as info:
         parse_virtual_metric(_vm(**spec))
@@ -68,35 +77,82 @@ def test_virtual_metric_errors_name_object_and_path(spec, path, fragment) -> Non
 
 
 def _vme(source=None, metrics=None, **extra):
-    doc = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "ev"},
-           "spec": {"source": source if source is not None else {"api": {"url": "http://127.0.0.1/x"}},
-                    "metrics": metrics if metrics is not None else [
-                        {"name": "rps", "resource": {"name": "a", "namespace": "a"}, "value": {"expression": "n"}}]}}
+    doc = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "ev"},
+        "spec": {
+            "source": source if source is not None else {"api": {"url": "http://127.0.0.1/x"}},
+            "metrics": metrics
+            if metrics is not None
+            else [{"name": "rps", "resource": {"name": "a", "namespace": "a"}, "value": {"expression": "n"}}],
+        },
+    }
     doc.update(extra)
     return doc
 
 
-@pytest.mark.parametrize("doc, path, fragment", [
-    (_vme(source={}), "spec.source", "exactly one of"),
-    (_vme(source={"api": {"url": "http://x"}, "schedule": {"items": []}}), "spec.source", "exactly one of"),
-    (_vme(source={"ftp": {}}), "spec.source.ftp", "unknown field"),
-    (_vme(source={"api": {"url": "http://x"}, "interval": "0s"}), "spec.source.interval", "between"),
-    (_vme(source={"api": {"url": "http://x"}, "onStale": "Panic"}), "spec.source.onStale", "not one of"),
-    (_vme(source={"api": {"url": "http://x", "interval": "10s"}, "interval": "20s"}),
-     "spec.source.api.interval", "conflicts"),
-    (_vme(metrics=[]), "spec.metrics", "non-empty"),
-    (_vme(metrics=[{"name": "rps", "resource": {"name": "a"}, "value": {"expression": "n"}}]),
-     "spec.metrics[0].resource.namespace", "required"),
-    (_vme(metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "a", "nameFromLabel": "x"},
-                    "value": {"expression": "n"}}]), "spec.metrics[0].resource", "exactly one of"),
-    (_vme(metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "a"}, "value": {}}]),
-     "spec.metrics[0].value.expression", "required"),
-    (_vme(metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "A_B"}, "value": {"expression": "n"}}]),
-     "spec.metrics[0].resource.namespace", "not a valid namespace"),
-    (_vme(metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "a"}, "value": {"expression": "n"},
-                    "weight": 2}]), "spec.metrics[0].weight", "unknown field"),
-    (_vme(extra_top=1), "extra_top", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "doc, path, fragment",
+    [
+        (_vme(source={}), "spec.source", "exactly one of"),
+        (_vme(source={"api": {"url": "http://x"}, "schedule": {"items": []}}), "spec.source", "exactly one of"),
+        (_vme(source={"ftp": {}}), "spec.source.ftp", "unknown field"),
+        (_vme(source={"api": {"url": "http://x"}, "interval": "0s"}), "spec.source.interval", "between"),
+        (_vme(source={"api": {"url": "http://x"}, "onStale": "Panic"}), "spec.source.onStale", "not one of"),
+        (
+            _vme(source={"api": {"url": "http://x", "interval": "10s"}, "interval": "20s"}),
+            "spec.source.api.interval",
+            "conflicts",
+        ),
+        (_vme(metrics=[]), "spec.metrics", "non-empty"),
+        (
+            _vme(metrics=[{"name": "rps", "resource": {"name": "a"}, "value": {"expression": "n"}}]),
+            "spec.metrics[0].resource.namespace",
+            "required",
+        ),
+        (
+            _vme(
+                metrics=[
+                    {
+                        "name": "rps",
+                        "resource": {"name": "a", "namespace": "a", "nameFromLabel": "x"},
+                        "value": {"expression": "n"},
+                    }
+                ]
+            ),
+            "spec.metrics[0].resource",
+            "exactly one of",
+        ),
+        (
+            _vme(metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "a"}, "value": {}}]),
+            "spec.metrics[0].value.expression",
+            "required",
+        ),
+        (
+            _vme(
+                metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "A_B"}, "value": {"expression": "n"}}]
+            ),
+            "spec.metrics[0].resource.namespace",
+            "not a valid namespace",
+        ),
+        (
+            _vme(
+                metrics=[
+                    {
+                        "name": "rps",
+                        "resource": {"name": "a", "namespace": "a"},
+                        "value": {"expression": "n"},
+                        "weight": 2,
+                    }
+                ]
+            ),
+            "spec.metrics[0].weight",
+            "unknown field",
+        ),
+        (_vme(extra_top=1), "extra_top", "unknown field"),
+    ],
+)
 def test_virtual_metric_event_errors_name_object_and_path(doc, path, fragment) -> None:
     with pytest.raises(ValidationError) as info:
         parse_virtual_metric_event(doc, config_parsers())
@@ -117,7 +173,21 @@ def test_wrong_api_version_kind_and_namespace() -> None:
 def test_extensions_parse() -> None:
     vm = parse_virtual_metric(_vm(leadTime="5m", holdTime="1m30s", min=1, max="100"))
     assert (vm.lead_time, vm.hold_time, vm.min, vm.max) == (300.0, 90.0, 1.0, 100.0)
-    vme = parse_virtual_metric_event(_vme(source={"api": {"url": "http://x"}, "interval": "10s", "timeout": "2s",
-                                                  "staleAfter": "1m", "onStale": "UseKnown"}), config_parsers())
-    assert (vme.source.common.interval, vme.source.common.timeout, vme.source.common.stale_after,
-            vme.source.common.on_stale) == (10.0, 2.0, 60.0, "UseKnown")
+    vme = parse_virtual_metric_event(
+        _vme(
+            source={
+                "api": {"url": "http://x"},
+                "interval": "10s",
+                "timeout": "2s",
+                "staleAfter": "1m",
+                "onStale": "UseKnown",
+            }
+        ),
+        config_parsers(),
+    )
+    assert (
+        vme.source.common.interval,
+        vme.source.common.timeout,
+        vme.source.common.stale_after,
+        vme.source.common.on_stale,
+    ) == (10.0, 2.0, 60.0, "UseKnown")

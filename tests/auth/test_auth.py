@@ -82,40 +82,71 @@ def der_of(pem: bytes) -> bytes:
 
 # ------------------------------------------------------------------------------ request attributes
 
-@pytest.mark.parametrize("method,path,query,expected", [
-    ("GET", "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/my%7Cmetric".replace("%7C", "|"), "",
-     ("list", True, "external.metrics.k8s.io", "v1beta1", "ns1", "my|metric", "")),
-    ("GET", "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/m", "watch=true",
-     ("watch", True, "external.metrics.k8s.io", "v1beta1", "ns1", "m", "")),
-    ("GET", "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/m", "watch=false",
-     ("list", True, "external.metrics.k8s.io", "v1beta1", "ns1", "m", "")),
-    ("POST", "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/m", "",
-     ("create", True, "external.metrics.k8s.io", "v1beta1", "ns1", "m", "")),
-    ("GET", "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1", "",
-     ("get", True, "external.metrics.k8s.io", "v1beta1", "ns1", "namespaces", "ns1")),
-    ("GET", "/apis/external.metrics.k8s.io/v1beta1/m", "",
-     ("list", True, "external.metrics.k8s.io", "v1beta1", "", "m", "")),
-    ("GET", "/apis/external.metrics.k8s.io/v1beta1", "", ("get", False, "", "", "", "", "")),
-    ("GET", "/apis/external.metrics.k8s.io", "", ("get", False, "", "", "", "", "")),
-    ("GET", "/apis", "", ("get", False, "", "", "", "", "")),
-    ("GET", "/openapi/v2", "", ("get", False, "", "", "", "", "")),
-    ("HEAD", "/healthz", "", ("head", False, "", "", "", "", "")),
-    ("GET", "/api/v1/namespaces/default/pods/p1", "", ("get", True, "", "v1", "default", "pods", "p1")),
-])
+
+@pytest.mark.parametrize(
+    "method,path,query,expected",
+    [
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/my%7Cmetric".replace("%7C", "|"),
+            "",
+            ("list", True, "external.metrics.k8s.io", "v1beta1", "ns1", "my|metric", ""),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/m",
+            "watch=true",
+            ("watch", True, "external.metrics.k8s.io", "v1beta1", "ns1", "m", ""),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/m",
+            "watch=false",
+            ("list", True, "external.metrics.k8s.io", "v1beta1", "ns1", "m", ""),
+        ),
+        (
+            "POST",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1/m",
+            "",
+            ("create", True, "external.metrics.k8s.io", "v1beta1", "ns1", "m", ""),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns1",
+            "",
+            ("get", True, "external.metrics.k8s.io", "v1beta1", "ns1", "namespaces", "ns1"),
+        ),
+        (
+            "GET",
+            "/apis/external.metrics.k8s.io/v1beta1/m",
+            "",
+            ("list", True, "external.metrics.k8s.io", "v1beta1", "", "m", ""),
+        ),
+        ("GET", "/apis/external.metrics.k8s.io/v1beta1", "", ("get", False, "", "", "", "", "")),
+        ("GET", "/apis/external.metrics.k8s.io", "", ("get", False, "", "", "", "", "")),
+        ("GET", "/apis", "", ("get", False, "", "", "", "", "")),
+        ("GET", "/openapi/v2", "", ("get", False, "", "", "", "", "")),
+        ("HEAD", "/healthz", "", ("head", False, "", "", "", "", "")),
+        ("GET", "/api/v1/namespaces/default/pods/p1", "", ("get", True, "", "v1", "default", "pods", "p1")),
+    ],
+)
 def test_request_attributes(method, path, query, expected):
     a = request_attributes(method, path, query.encode())
     assert (a.verb, a.resource_request, a.group, a.version, a.namespace, a.resource, a.name) == expected
 
 
-@pytest.mark.parametrize("selector,expected", [
-    ("a=b", (("a", "In", ("b",)),)),
-    ("a==b,c!=d", (("a", "In", ("b",)), ("c", "NotIn", ("d",)))),
-    ("env in (prod,staging),queue=orders", (("env", "In", ("prod", "staging")), ("queue", "In", ("orders",)))),
-    ("x notin (b, a)", (("x", "NotIn", ("a", "b")),)),
-    ("k,!gone", (("gone", "DoesNotExist", ()), ("k", "Exists", ()))),
-    ("n>5,z=1", (("z", "In", ("1",)),)),  # Gt/Lt dropped (webhook.go)
-    ("example.com/app=web", (("example.com/app", "In", ("web",)),)),
-])
+@pytest.mark.parametrize(
+    "selector,expected",
+    [
+        ("a=b", (("a", "In", ("b",)),)),
+        ("a==b,c!=d", (("a", "In", ("b",)), ("c", "NotIn", ("d",)))),
+        ("env in (prod,staging),queue=orders", (("env", "In", ("prod", "staging")), ("queue", "In", ("orders",)))),
+        ("x notin (b, a)", (("x", "NotIn", ("a", "b")),)),
+        ("k,!gone", (("gone", "DoesNotExist", ()), ("k", "Exists", ()))),
+        ("n>5,z=1", (("z", "In", ("1",)),)),  # Gt/Lt dropped (webhook.go)
+        ("example.com/app=web", (("example.com/app", "In", ("web",)),)),
+    ],
+)
 def test_label_requirements(selector, expected):
     assert parse_label_requirements(selector) == expected
 
@@ -127,19 +158,23 @@ def test_unparsable_selectors_give_none(selector):
 
 # ------------------------------------------------------------------------------ responses
 
+
 def test_forbidden_messages_for_other_shapes():
     user = UserInfo.make("bob")
     assert forbidden_message(user, request_attributes("GET", "/openapi/v2"), "") == (
-        'forbidden: User "bob" cannot get path "/openapi/v2"')
+        'forbidden: User "bob" cannot get path "/openapi/v2"'
+    )
     cluster = request_attributes("GET", "/apis/external.metrics.k8s.io/v1beta1/m")
     assert forbidden_message(user, cluster, "r") == (
         'm.external.metrics.k8s.io is forbidden: User "bob" cannot list resource "m" in API group '
-        '"external.metrics.k8s.io" at the cluster scope: r')
+        '"external.metrics.k8s.io" at the cluster scope: r'
+    )
     body = json.loads(forbidden_body(user, request_attributes("GET", "/version"), ""))
     assert body["details"] == {} and body["code"] == 403 and body["reason"] == "Forbidden"
 
 
 # ------------------------------------------------------------------------------ token file
+
 
 def test_token_file_parsing():
     tokens = parse_token_file('t1,alice,u1,"g1,g2"\n\n# comment\nt2, bob, u2\n')
@@ -150,6 +185,7 @@ def test_token_file_parsing():
 
 
 # ------------------------------------------------------------------------------ caches
+
 
 def test_token_review_cache_expires_after_ttl_for_allow_and_deny():
     api, clock = FakeAPI(), FakeClock()
@@ -218,6 +254,7 @@ def test_masters_and_paths_skip_sar_and_api_errors_raise():
 
 # ------------------------------------------------------------------------------ x509 policy
 
+
 def test_ca_bundle_rejects_serving_eku_and_expired_certs():
     ca_pem, ca_key = make_ca("ca")
     bundle = CABundle(ca_pem)
@@ -238,11 +275,17 @@ def test_cert_without_eku_is_accepted_like_go():
     ca_key = serialization.load_pem_private_key(ca_key_pem, None)
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "old")]))
-            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(7)
-            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "old")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(7)
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     assert CABundle(ca_pem).verify(cert).common_name == "old"
 
 
@@ -253,13 +296,16 @@ def test_bad_bundle_has_clear_error():
 
 # ------------------------------------------------------------------------------ authenticator
 
+
 def _authn(tmp_path: Path, allowed: list[str] | None = None) -> tuple[Authenticator, TestPKI]:
     pki = TestPKI(tmp_path)
-    cfg = DynamicAuthnConfig(AuthFlags(
-        client_ca_file=str(pki.client_ca_file),
-        requestheader_client_ca_file=str(pki.front_proxy_ca_file),
-        requestheader_allowed_names=allowed or [],
-    ))
+    cfg = DynamicAuthnConfig(
+        AuthFlags(
+            client_ca_file=str(pki.client_ca_file),
+            requestheader_client_ca_file=str(pki.front_proxy_ca_file),
+            requestheader_allowed_names=allowed or [],
+        )
+    )
     cfg.load_initial()
     return Authenticator(cfg), pki
 
@@ -279,8 +325,12 @@ def test_front_proxy_without_user_header_falls_through_to_401(tmp_path):
 
 def test_empty_allowed_names_accepts_any_cn_and_first_username_header_wins(tmp_path):
     authn, pki = _authn(tmp_path)
-    headers = [(b"x-remote-user", b"alice"), (b"x-remote-user", b"mallory"), (b"x-remote-group", b""),
-               (b"x-remote-group", b"a")]
+    headers = [
+        (b"x-remote-user", b"alice"),
+        (b"x-remote-user", b"mallory"),
+        (b"x-remote-group", b""),
+        (b"x-remote-group", b"a"),
+    ]
     result = run(authn.authenticate(headers, _tls_for(pki, "anything")))
     assert result.user.name == "alice"
     assert result.user.groups == ("a", "system:authenticated")
@@ -312,13 +362,16 @@ def test_configmap_lookup_failure(tmp_path):
 def test_configmap_with_bad_json_is_reported(tmp_path):
     api = FakeAPI()
     pki = TestPKI(tmp_path)
-    api.configmap = {"requestheader-client-ca-file": pki.ca_pem("front-proxy").decode(),
-                     "requestheader-allowed-names": "front-proxy-client"}  # not JSON
+    api.configmap = {
+        "requestheader-client-ca-file": pki.ca_pem("front-proxy").decode(),
+        "requestheader-allowed-names": "front-proxy-client",
+    }  # not JSON
     with pytest.raises(ValueError, match="requestheader-allowed-names.*JSON"):
         DynamicAuthnConfig(AuthFlags(), api).load_initial()
 
 
 # ------------------------------------------------------------------------------ flags / factory
+
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
@@ -327,9 +380,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_flags_parse_like_pflag():
-    args = _parse(["--requestheader-allowed-names", "a,b", "--requestheader-allowed-names", "c",
-                   "--authentication-tolerate-lookup-failure", "--authentication-skip-lookup=false",
-                   "--authorization-always-allow-paths", "/healthz,/metrics*"])
+    args = _parse(
+        [
+            "--requestheader-allowed-names",
+            "a,b",
+            "--requestheader-allowed-names",
+            "c",
+            "--authentication-tolerate-lookup-failure",
+            "--authentication-skip-lookup=false",
+            "--authorization-always-allow-paths",
+            "/healthz,/metrics*",
+        ]
+    )
     assert args.requestheader_allowed_names == ["a", "b", "c"]
     assert args.authentication_tolerate_lookup_failure is True
     assert args.authentication_skip_lookup is False
@@ -365,6 +427,7 @@ def test_local_token_file_mode_requires_a_token(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------ middleware (ASGI level)
 
+
 def _call(mw: AuthMiddleware, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes, dict]:
     seen: dict[str, Any] = {}
     sent: list[dict] = []
@@ -381,8 +444,14 @@ def _call(mw: AuthMiddleware, path: str, headers: list[tuple[bytes, bytes]]) -> 
         return {"type": "http.request", "body": b""}
 
     mw.app = app
-    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
-             "headers": headers}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": headers,
+    }
     run(mw(scope, receive, send))
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:]), seen
 

@@ -21,8 +21,15 @@ NASA = "data/traces/nasa_http_jul1995_1min.csv"
 
 
 def prescaler(*argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "adapter.cli", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "adapter.cli", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
 
 
 def assert_one_clear_line(stderr: str, prefix: str) -> None:
@@ -37,8 +44,9 @@ def assert_one_clear_line(stderr: str, prefix: str) -> None:
 def test_every_subcommand_has_a_description_and_every_flag_help_and_a_default() -> None:
     parser = build_parser()
     commands = subcommands(parser)
-    assert {"serve", "validate", "certs", "forecast", "backtest", "simulate", "preview",
-            "demo-announcer"} <= set(commands)
+    assert {"serve", "validate", "certs", "forecast", "backtest", "simulate", "preview", "demo-announcer"} <= set(
+        commands
+    )
     problems = []
     for name, sub in commands.items():
         if not sub.description or "``" in sub.description:
@@ -80,10 +88,12 @@ def test_old_flag_names_still_work_as_hidden_aliases() -> None:
     old = parser.parse_args(["backtest", "--trace", "x.csv", "--horizon", "1h"])
     new = parser.parse_args(["backtest", "--history", "x.csv", "--horizon", "1h"])
     assert old.history == new.history == "x.csv"
-    preview_old = parser.parse_args(["preview", "--manifests", "m", "--metric", "rps", "--namespace", "n",
-                                     "--resource", "r", "--for", "30m"])
-    preview_new = parser.parse_args(["preview", "--manifests", "m", "--metric", "rps", "--namespace", "n",
-                                     "--resource", "r", "--duration", "30m"])
+    preview_old = parser.parse_args(
+        ["preview", "--manifests", "m", "--metric", "rps", "--namespace", "n", "--resource", "r", "--for", "30m"]
+    )
+    preview_new = parser.parse_args(
+        ["preview", "--manifests", "m", "--metric", "rps", "--namespace", "n", "--resource", "r", "--duration", "30m"]
+    )
     assert preview_old.duration == preview_new.duration == "30m"
     help_text = io.StringIO()
     with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit):
@@ -111,9 +121,24 @@ def test_serve_without_cluster_or_manifests_is_one_line(tmp_path: Path) -> None:
 
 def test_forecast_into_a_closed_pipe_is_one_line(tmp_path: Path) -> None:
     """`prescaler forecast ... | head -1`: the reader goes away while output is still coming."""
-    proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "forecast", "--history", str(shared_path(NASA)),
-                             "--horizon", "300h", "--model", "seasonalNaive"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "adapter.cli",
+            "forecast",
+            "--history",
+            str(shared_path(NASA)),
+            "--horizon",
+            "300h",
+            "--model",
+            "seasonalNaive",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline().startswith("timestamp,")
     proc.stdout.close()
@@ -137,8 +162,16 @@ def busy_port() -> object:
 
 
 def test_serve_on_a_busy_port_is_one_line(busy_port: int) -> None:
-    result = prescaler("serve", "--manifests", "examples/local", "--secure-port", str(busy_port),
-                       "--bind-address", "127.0.0.1", timeout=60)
+    result = prescaler(
+        "serve",
+        "--manifests",
+        "examples/local",
+        "--secure-port",
+        str(busy_port),
+        "--bind-address",
+        "127.0.0.1",
+        timeout=60,
+    )
     assert result.returncode == 1
     assert_one_clear_line(result.stderr, "prescaler serve:")
     assert f"cannot listen on 127.0.0.1:{busy_port}" in result.stderr

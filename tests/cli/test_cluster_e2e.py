@@ -20,22 +20,40 @@ from tests.helpers import free_port
 ROOT = Path(__file__).resolve().parents[2]
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
 HPA_TOKEN = "hpa-token"
-HPA_USER = {"username": "system:serviceaccount:kube-system:horizontal-pod-autoscaler", "uid": "u1",
-            "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system"]}
+HPA_USER = {
+    "username": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+    "uid": "u1",
+    "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system"],
+}
 
 
 def vm(**spec):
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-            "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", **spec}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetric",
+        "metadata": {"name": "rps"},
+        "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum", **spec},
+    }
 
 
 def vme(value: int, now: float):
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-            "metadata": {"name": "campaign"},
-            "spec": {"source": {"schedule": {"items": [
-                {"start": int(now) - 60, "end": int(now) + 3600, "values": {"users": value}}]}},
-                     "metrics": [{"name": "rps", "resource": {"name": "service-a", "namespace": "service-a"},
-                                  "value": {"expression": "users * 2"}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "campaign"},
+        "spec": {
+            "source": {
+                "schedule": {"items": [{"start": int(now) - 60, "end": int(now) + 3600, "values": {"users": value}}]}
+            },
+            "metrics": [
+                {
+                    "name": "rps",
+                    "resource": {"name": "service-a", "namespace": "service-a"},
+                    "value": {"expression": "users * 2"},
+                }
+            ],
+        },
+    }
 
 
 @pytest.fixture()
@@ -49,9 +67,26 @@ def cluster(tmp_path: Path):
         port = free_port()
         log = (tmp_path / "serve.log").open("w")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "adapter.cli", "serve", "--kubeconfig", str(kubeconfig),
-             "--secure-port", str(port), "--bind-address", "127.0.0.1", "--status-namespace", "prescaler",
-             "--tls-san", "127.0.0.1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "serve",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--secure-port",
+                str(port),
+                "--bind-address",
+                "127.0.0.1",
+                "--status-namespace",
+                "prescaler",
+                "--tls-san",
+                "127.0.0.1",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         base = f"https://127.0.0.1:{port}"
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -108,11 +143,18 @@ def test_watch_driven_values_auth_and_status(cluster) -> None:
     assert served(base) == ["60"]
 
     # The SAR carried the exact attributes of docs/api.md §6.3.
-    sar = next(s for s in reversed(fake.subject_access_reviews)
-               if s["spec"].get("resourceAttributes", {}).get("resource") == "rps")
+    sar = next(
+        s
+        for s in reversed(fake.subject_access_reviews)
+        if s["spec"].get("resourceAttributes", {}).get("resource") == "rps"
+    )
     attrs = sar["spec"]["resourceAttributes"]
     assert (attrs["verb"], attrs["group"], attrs["version"], attrs["namespace"]) == (
-        "list", "external.metrics.k8s.io", "v1beta1", "service-a")
+        "list",
+        "external.metrics.k8s.io",
+        "v1beta1",
+        "service-a",
+    )
     assert sar["spec"]["user"] == HPA_USER["username"]
 
     # Someone the SAR denies gets the exact 403 Status; no credentials at all is anonymous -> 403 too.
@@ -120,7 +162,8 @@ def test_watch_driven_values_auth_and_status(cluster) -> None:
     assert denied.status_code == 403
     assert denied.json()["message"].startswith(
         'rps.external.metrics.k8s.io is forbidden: User "mallory" cannot list resource "rps" in API group '
-        '"external.metrics.k8s.io" in the namespace "service-a"')
+        '"external.metrics.k8s.io" in the namespace "service-a"'
+    )
     assert get(base, f"{V1}/namespaces/service-a/rps", token="bogus").status_code == 401
     assert get(base, "/healthz", token=None).status_code == 200
 
@@ -179,17 +222,34 @@ def test_kubectl_through_token_auth(cluster) -> None:
     fake, base, tmp_path = cluster
     fake.apply(vm(defaultValue=5))
     kubeconfig = tmp_path / "prescaler.kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "p",
-        "clusters": [{"name": "p", "cluster": {"server": base, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "p", "user": {"token": HPA_TOKEN}}],
-        "contexts": [{"name": "p", "context": {"cluster": "p", "user": "p"}}]}))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "p",
+                "clusters": [{"name": "p", "cluster": {"server": base, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "p", "user": {"token": HPA_TOKEN}}],
+                "contexts": [{"name": "p", "context": {"cluster": "p", "user": "p"}}],
+            }
+        )
+    )
     deadline = time.time() + 20
     out = None
     while time.time() < deadline:
-        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", "--raw",
-                              f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [
+                kubectl,
+                "--kubeconfig",
+                str(kubeconfig),
+                "get",
+                "--raw",
+                f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if out.returncode == 0:
             break
         time.sleep(0.2)

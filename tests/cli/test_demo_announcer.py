@@ -82,11 +82,14 @@ def test_make_run_demo_rises_lead_time_before_each_batch_and_falls_between() -> 
         clock["now"] = engine.test_clock["now"] = t
         await fetch_all(engine)  # the announcer re-announces as of t (and the source stays fresh)
         async with client(engine) as c:
-            response = await c.get(f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/rps",
-                                   params={"labelSelector": f"resource={namespace}"})
+            response = await c.get(
+                f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/rps",
+                params={"labelSelector": f"resource={namespace}"},
+            )
         assert response.status_code == 200, response.text
         return float(response.json()["items"][0]["value"].rstrip("m")) / (
-            1000 if response.json()["items"][0]["value"].endswith("m") else 1)
+            1000 if response.json()["items"][0]["value"].endswith("m") else 1
+        )
 
     async def scenario() -> list[str]:
         engine = await loaded_engine(docs, now=clock["now"])
@@ -97,13 +100,17 @@ def test_make_run_demo_rises_lead_time_before_each_batch_and_falls_between() -> 
                 if not SUNDAY_0300_UTC + 300 <= batch["start"] <= SUNDAY_0300_UTC + 1300:
                     continue
                 start, end = batch["start"], batch["end"]
-                expected = {"service-a": 2 * batch["values"]["scheduledMessage"],
-                            "service-b": batch["values"]["scheduledMessage"]}
+                expected = {
+                    "service-a": 2 * batch["values"]["scheduledMessage"],
+                    "service-b": batch["values"]["scheduledMessage"],
+                }
                 for namespace, high in expected.items():
-                    checks = {"before the rise": (start - lead - 10, 0.0),
-                              "leadTime before the batch": (start - lead + 10, high),
-                              "during the batch": (start + 10, high),
-                              "between batches": (end + hold + 10, 0.0)}
+                    checks = {
+                        "before the rise": (start - lead - 10, 0.0),
+                        "leadTime before the batch": (start - lead + 10, high),
+                        "during the batch": (start + 10, high),
+                        "between batches": (end + hold + 10, 0.0),
+                    }
                     for what, (t, want) in checks.items():
                         got = await value_at(engine, namespace, t)
                         if got != want:

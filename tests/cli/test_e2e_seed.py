@@ -28,9 +28,24 @@ class Server:
         self.kubeconfig = workdir / "kubeconfig"
         self.log = (workdir / "serve.log").open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(manifests), "--secure-port",
-             str(self.port), "--bind-address", "127.0.0.1", "--write-kubeconfig", str(self.kubeconfig)],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "serve",
+                "--manifests",
+                str(manifests),
+                "--secure-port",
+                str(self.port),
+                "--bind-address",
+                "127.0.0.1",
+                "--write-kubeconfig",
+                str(self.kubeconfig),
+            ],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         self.ca = workdir / "tls.crt"
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -78,10 +93,12 @@ def values(server: Server, namespace: str, resource: str) -> list[str]:
 
 def test_seed_scenario_over_https(tmp_path: Path, announcer: Announcer) -> None:
     now = int(time.time())
-    announcer.set_items([
-        {"start": now - 30, "end": now + 8, "values": {"scheduledMessage": 50}},      # active now, ends soon
-        {"start": now + 900, "end": now + 960, "values": {"scheduledMessage": 400}},  # 15 min ahead
-    ])
+    announcer.set_items(
+        [
+            {"start": now - 30, "end": now + 8, "values": {"scheduledMessage": 50}},  # active now, ends soon
+            {"start": now + 900, "end": now + 960, "values": {"scheduledMessage": 400}},  # 15 min ahead
+        ]
+    )
     server = Server(write_seed(tmp_path, announcer.url), tmp_path)
     try:
         deadline = time.time() + 20
@@ -89,8 +106,11 @@ def test_seed_scenario_over_https(tmp_path: Path, announcer: Announcer) -> None:
             time.sleep(0.2)
         assert values(server, "service-a", "service-a") == ["100"]  # scheduledMessage * 2
         assert values(server, "service-b", "service-b") == ["50"]  # scheduledMessage
-        r = server.get(f"{V1}/namespaces/service-a/rps", params={"labelSelector": "resource=service-a"},
-                       headers={"Accept": "application/vnd.kubernetes.protobuf, */*"})
+        r = server.get(
+            f"{V1}/namespaces/service-a/rps",
+            params={"labelSelector": "resource=service-a"},
+            headers={"Accept": "application/vnd.kubernetes.protobuf, */*"},
+        )
         body = r.json()
         assert r.headers["content-type"] == "application/json"
         assert body["items"][0]["metricLabels"] == {"resource": "service-a"}
@@ -128,9 +148,15 @@ def test_kubectl_get_raw(tmp_path: Path, announcer: Announcer) -> None:
     announcer.set_items([{"start": now - 30, "end": now + 600, "values": {"scheduledMessage": 21}}])
     server = Server(write_seed(tmp_path, announcer.url), tmp_path)
     try:
+
         def raw(path: str) -> subprocess.CompletedProcess:
-            return subprocess.run([kubectl, "--kubeconfig", str(server.kubeconfig), "get", "--raw", path],
-                                  capture_output=True, text=True, timeout=30)
+            return subprocess.run(
+                [kubectl, "--kubeconfig", str(server.kubeconfig), "get", "--raw", path],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+
         deadline = time.time() + 20
         while time.time() < deadline:
             out = raw(f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a")
@@ -148,9 +174,12 @@ def test_kubectl_get_raw(tmp_path: Path, announcer: Announcer) -> None:
         bad = raw(f"{V1}/namespaces/service-a/rps?labelSelector=a+in+%28b")
         assert "unable to parse requirement" in bad.stderr
         # kubectl's own discovery works against the group (no "Got empty response").
-        api_resources = subprocess.run([kubectl, "--kubeconfig", str(server.kubeconfig), "api-resources",
-                                        "--api-group=external.metrics.k8s.io"], capture_output=True, text=True,
-                                       timeout=30)
+        api_resources = subprocess.run(
+            [kubectl, "--kubeconfig", str(server.kubeconfig), "api-resources", "--api-group=external.metrics.k8s.io"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert "rps" in api_resources.stdout, api_resources.stderr
     finally:
         server.stop()

@@ -36,6 +36,7 @@ def test_event_naming_an_unknown_metric_is_logged_once_and_in_status(caplog: pyt
         engine.statuses()  # a second refresh logs nothing new
         await engine.stop()
         return first
+
     with caplog.at_level(logging.WARNING, logger="prescaler"):
         status = run(go())
     ready = _conditions(status)["Ready"]
@@ -46,11 +47,16 @@ def test_event_naming_an_unknown_metric_is_logged_once_and_in_status(caplog: pyt
 
 def test_unreachable_targets_are_reported(caplog: pytest.LogCaptureFixture) -> None:
     long_name = "a" * 64  # a valid Deployment name, but no selector value can name it
-    by_label = {"name": "rps", "resource": {"namespace": "service-a", "nameFromLabel": "app"},
-                "value": {"expression": "n"}}
+    by_label = {
+        "name": "rps",
+        "resource": {"namespace": "service-a", "nameFromLabel": "app"},
+        "value": {"expression": "n"},
+    }
     # Series labels come from prometheus/forecast sources; hand the engine such a snapshot directly.
-    items = [Item(NOW, NOW + 600, {"n": 1}, "a", {"app": "Service A"}),
-             Item(NOW, NOW + 600, {"n": 2}, "b", {"app": "service-b"})]
+    items = [
+        Item(NOW, NOW + 600, {"n": 1}, "a", {"app": "Service A"}),
+        Item(NOW, NOW + 600, {"n": 2}, "b", {"app": "service-b"}),
+    ]
     static = schedule_event("static", ITEMS, [entry("service-a", long_name, "n")])
     dynamic = schedule_event("dynamic", ITEMS, [by_label])
     fine = schedule_event("fine", ITEMS, [entry("service-a", "service-a", "n")])
@@ -63,6 +69,7 @@ def test_unreachable_targets_are_reported(caplog: pytest.LogCaptureFixture) -> N
         engine.statuses()
         await engine.stop()
         return statuses
+
     with caplog.at_level(logging.WARNING, logger="prescaler"):
         statuses = run(go())
     exprs = {n: _conditions(s)["ExpressionsValid"] for n, s in statuses.items()}
@@ -78,8 +85,7 @@ def test_unreachable_targets_are_reported(caplog: pytest.LogCaptureFixture) -> N
 # ---------------------------------------------------------------- point 5
 
 
-def test_query_for_a_target_nothing_names_is_counted_logged_once_and_listed(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_query_for_a_target_nothing_names_is_counted_logged_once_and_listed(caplog: pytest.LogCaptureFixture) -> None:
     event = schedule_event("ok", ITEMS, [entry("service-a", "service-a", "n")])
     before = _sample("prescaler_unknown_target_queries_total", metric="rps")
 
@@ -88,11 +94,16 @@ def test_query_for_a_target_nothing_names_is_counted_logged_once_and_listed(
         async with client(engine) as http:
             answers = []
             for _ in range(3):  # the HPA asks again and again (cached or not, each is counted)
-                answers.append(await http.get(
-                    "/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps",
-                    params={"labelSelector": "resource=servce-a"}))
-            known = await http.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps",
-                                   params={"labelSelector": "resource=service-a"})
+                answers.append(
+                    await http.get(
+                        "/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps",
+                        params={"labelSelector": "resource=servce-a"},
+                    )
+                )
+            known = await http.get(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps",
+                params={"labelSelector": "resource=service-a"},
+            )
         engine.status.refresh()
         status = engine.status.current()[("VirtualMetric", "rps")][1]
         for i in range(30):  # a bounded list: the most recent 20
@@ -100,6 +111,7 @@ def test_query_for_a_target_nothing_names_is_counted_logged_once_and_listed(
         bounded = engine.statuses()[("VirtualMetric", "rps")][1]
         await engine.stop()
         return answers, known, status, bounded
+
     with caplog.at_level(logging.WARNING, logger="prescaler"):
         answers, known, status, bounded = run(go())
     for answer in answers:  # kept: an empty list would break the HPA
@@ -123,10 +135,12 @@ def test_unknown_target_leaves_the_list_once_an_object_feeds_it() -> None:
         listed = engine.statuses()[("VirtualMetric", "rps")][1].get("unknownTargets")
         engine.apply(later)
         from tests.helpers import fetch_all
+
         await fetch_all(engine)
         after = engine.statuses()[("VirtualMetric", "rps")][1].get("unknownTargets")
         await engine.stop()
         return result, listed, after
+
     result, listed, after = run(go())
     assert isinstance(result, Values) and result.unknown == ("service-b",)
     assert listed == ["service-a/service-b"] and after is None
@@ -150,6 +164,7 @@ def test_queries_are_counted_per_metric_and_code_and_served_values_exported() ->
             exposition = (await http.get("/metrics")).text
         await engine.stop()
         return exposition
+
     exposition = run(go())
     assert _sample("prescaler_queries_total", metric="rps", code="200") - ok_before == 2
     assert _sample("prescaler_queries_total", metric="<unknown>", code="404") - unknown_before == 1
@@ -158,7 +173,8 @@ def test_queries_are_counted_per_metric_and_code_and_served_values_exported() ->
 
 
 def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
-        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
     from adapter.store.manifests import ManifestStore
 
     class Sink:
@@ -166,10 +182,12 @@ def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
             pass
 
     path = tmp_path / "objects.yaml"
-    path.write_text("apiVersion: prescaler.pingpong.ai/v1\nkind: VirtualMetrics\nmetadata: {name: rps}\n---\n"
-                    "apiVersion: example.com/v1\nkind: virtualmetricevent\nmetadata: {name: b}\n---\n"
-                    "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: hpa}\n---\n"
-                    "apiVersion: prescaler.pingpong.ai/v1\nkind: HorizontalPodPrescaler\nmetadata: {name: p}\n")
+    path.write_text(
+        "apiVersion: prescaler.pingpong.ai/v1\nkind: VirtualMetrics\nmetadata: {name: rps}\n---\n"
+        "apiVersion: example.com/v1\nkind: virtualmetricevent\nmetadata: {name: b}\n---\n"
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: hpa}\n---\n"
+        "apiVersion: prescaler.pingpong.ai/v1\nkind: HorizontalPodPrescaler\nmetadata: {name: p}\n"
+    )
     other = tmp_path / "other.yaml"
     other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     with caplog.at_level(logging.WARNING, logger="prescaler"):
@@ -177,6 +195,7 @@ def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
         store.poll()
         other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\n")  # another reload
         import os
+
         os.utime(other, ns=(1, 1))
         store.poll()
     assert len(store.warnings) == 2

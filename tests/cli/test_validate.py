@@ -24,14 +24,30 @@ def _logging_untouched() -> Iterator[None]:
     with preserved_logging():  # main() configures logging for the command it runs
         yield
 
-VM: dict[str, Any] = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-                      "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"}}
+
+VM: dict[str, Any] = {
+    "apiVersion": "prescaler.pingpong.ai/v1",
+    "kind": "VirtualMetric",
+    "metadata": {"name": "rps"},
+    "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"},
+}
 VME: dict[str, Any] = {
-    "apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "stage-vme"},
-    "spec": {"source": {"schedule": {"items": [{"start": 1700545800, "end": 1700546400,
-                                                "values": {"scheduledMessage": 50}}]}},
-             "metrics": [{"name": "rps", "resource": {"name": "service-a", "namespace": "service-a"},
-                          "value": {"expression": "scheduledMessage * 2"}}]}}
+    "apiVersion": "prescaler.pingpong.ai/v1",
+    "kind": "VirtualMetricEvent",
+    "metadata": {"name": "stage-vme"},
+    "spec": {
+        "source": {
+            "schedule": {"items": [{"start": 1700545800, "end": 1700546400, "values": {"scheduledMessage": 50}}]}
+        },
+        "metrics": [
+            {
+                "name": "rps",
+                "resource": {"name": "service-a", "namespace": "service-a"},
+                "value": {"expression": "scheduledMessage * 2"},
+            }
+        ],
+    },
+}
 
 
 def changed(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -47,8 +63,9 @@ def changed(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], *docs: Any, args: tuple[str, ...] = ()
-             ) -> tuple[int, str]:
+def validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], *docs: Any, args: tuple[str, ...] = ()
+) -> tuple[int, str]:
     path = tmp_path / "manifests.yaml"
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     code = main(["validate", *args, str(path)])
@@ -62,8 +79,7 @@ def test_valid_files_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "valid: 2 prescaler object(s) checked, 0 error(s), 0 warning(s)" in out
 
 
-def test_schema_error_names_file_document_object_and_field(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_error_names_file_document_object_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = validate(tmp_path, capsys, VME, changed(VM, "spec.mergeStrategy", "Median"))
     assert code == 1
     [line] = [line for line in out.splitlines() if ": error: " in line]
@@ -77,21 +93,24 @@ def test_cel_rule_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "VirtualMetric/rps: spec: min must not be greater than max" in out
 
 
-def test_server_parser_rejections_the_schema_lets_through(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_server_parser_rejections_the_schema_lets_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     namespaced = changed(VM, "metadata", {"name": "rps", "namespace": "default"})
     code, out = validate(tmp_path, capsys, namespaced, VME)
     assert code == 1
     assert "VirtualMetric/rps: metadata.namespace: VirtualMetric is cluster-scoped" in out
 
 
-@pytest.mark.parametrize("expression,expect", [
-    ("scheduledMessage *", "spec.metrics[0].value.expression"),
-    ("__import__('os').system('true')", "spec.metrics[0].value.expression"),
-    ("unknownValue * 2", "unknownValue"),  # the schedule's items only provide scheduledMessage
-])
-def test_expressions_are_checked_like_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 expression: str, expect: str) -> None:
+@pytest.mark.parametrize(
+    "expression,expect",
+    [
+        ("scheduledMessage *", "spec.metrics[0].value.expression"),
+        ("__import__('os').system('true')", "spec.metrics[0].value.expression"),
+        ("unknownValue * 2", "unknownValue"),  # the schedule's items only provide scheduledMessage
+    ],
+)
+def test_expressions_are_checked_like_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], expression: str, expect: str
+) -> None:
     bad = changed(VME, "spec.metrics.0.value", {"expression": expression})
     code, out = validate(tmp_path, capsys, VM, bad)
     assert code == 1, out
@@ -100,14 +119,17 @@ def test_expressions_are_checked_like_the_server(tmp_path: Path, capsys: pytest.
 
 
 def test_unknown_kind_and_undefined_metric_warn_and_fail_only_when_strict(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     typo = changed(VM, "kind", "VirtualMetrics")
     code, out = validate(tmp_path, capsys, typo, VME)
     assert code == 0, out
     assert "warning: document 1, VirtualMetrics/rps: kind: unknown kind 'VirtualMetrics'" in out
     assert "did you mean VirtualMetric?" in out
-    assert ("warning: document 2, VirtualMetricEvent/stage-vme: spec.metrics[0].name: no VirtualMetric in "
-            "the given files serves metric 'rps'") in out
+    assert (
+        "warning: document 2, VirtualMetricEvent/stage-vme: spec.metrics[0].name: no VirtualMetric in "
+        "the given files serves metric 'rps'"
+    ) in out
     code, out = validate(tmp_path, capsys, typo, VME, args=("--strict",))
     assert code == 1
 
@@ -141,8 +163,9 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert exit_info.value.code == 2
 
 
-def test_missing_cel_fails_loudly(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_cel_fails_loudly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "celpy", None)  # import celpy -> ImportError
     code, out = validate(tmp_path, capsys, VM, VME)
     assert code == 2
@@ -166,9 +189,20 @@ def test_the_whole_seed_including_its_horizontal_pod_prescaler(capsys: pytest.Ca
 def test_the_old_script_is_the_same_command(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(changed(VM, "spec.mergeStrategy", "Median")))
-    result = subprocess.run([sys.executable, str(ROOT / "deploy" / "crds" / "validate.py"), str(bad)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "deploy" / "crds" / "validate.py"), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 1 and "spec.mergeStrategy" in result.stdout
-    result = subprocess.run([sys.executable, "-m", "adapter.cli", "validate", str(ROOT / "examples" / "local")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "adapter.cli", "validate", str(ROOT / "examples" / "local")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -10,9 +10,42 @@ from adapter.validate import load_validators
 from tests.helpers import loaded_engine, metric_status, run
 
 # Short names of widely installed CRDs (KubeVirt, Velero, Argo, cert-manager, Istio, Knative, ...).
-POPULAR_SHORT_NAMES = {"vm", "vmi", "vmis", "vms", "vme", "vmim", "vmr", "dv", "pvc", "pv", "vs", "vsc",
-                       "app", "apps", "wf", "ro", "cert", "certs", "cr", "crs", "vsvc", "dr", "gw", "se", "ksvc",
-                       "rev", "kn", "sm", "pm", "pr", "am", "hpa", "vpa", "sp"}
+POPULAR_SHORT_NAMES = {
+    "vm",
+    "vmi",
+    "vmis",
+    "vms",
+    "vme",
+    "vmim",
+    "vmr",
+    "dv",
+    "pvc",
+    "pv",
+    "vs",
+    "vsc",
+    "app",
+    "apps",
+    "wf",
+    "ro",
+    "cert",
+    "certs",
+    "cr",
+    "crs",
+    "vsvc",
+    "dr",
+    "gw",
+    "se",
+    "ksvc",
+    "rev",
+    "kn",
+    "sm",
+    "pm",
+    "pr",
+    "am",
+    "hpa",
+    "vpa",
+    "sp",
+}
 
 
 def jsonpath_simple(doc: dict[str, Any], path: str) -> Any:
@@ -23,8 +56,12 @@ def jsonpath_simple(doc: dict[str, Any], path: str) -> Any:
 
 
 def test_metric_column_shows_the_defaulted_name() -> None:
-    vm = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "queue-depth"},
-          "spec": {"defaultValue": 0}}  # no spec.name: the metric is metadata.name
+    vm = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetric",
+        "metadata": {"name": "queue-depth"},
+        "spec": {"defaultValue": 0},
+    }  # no spec.name: the metric is metadata.name
 
     async def status() -> dict[str, Any]:
         engine = await loaded_engine([vm])

@@ -43,8 +43,12 @@ def yaml_files() -> list[Path]:
 
 def is_object(doc: Any) -> bool:
     """A Kubernetes object (not a Kustomization, a Helm Chart.yaml/values.yaml or a simulator config)."""
-    return isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc \
+    return (
+        isinstance(doc, dict)
+        and "apiVersion" in doc
+        and "kind" in doc
         and doc["kind"] not in ("Kustomization", "Component")
+    )
 
 
 def key(doc: dict[str, Any]) -> tuple[str, str, str]:
@@ -171,11 +175,18 @@ def test_deployment_is_hardened_and_probed() -> None:
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     [container] = pod["containers"]
-    assert container["args"] == ["serve", "--secure-port=6443", "--tls-cert-file=/certs/tls.crt",
-                                 "--tls-private-key-file=/certs/tls.key"]
+    assert container["args"] == [
+        "serve",
+        "--secure-port=6443",
+        "--tls-cert-file=/certs/tls.crt",
+        "--tls-private-key-file=/certs/tls.key",
+    ]
     security = container["securityContext"]
-    assert security == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                        "capabilities": {"drop": ["ALL"]}}
+    assert security == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
@@ -202,8 +213,9 @@ def rules_for(objects: dict[tuple[str, str, str], dict[str, Any]], subject: tupl
     for k, binding in objects.items():
         if k[0] not in ("RoleBinding", "ClusterRoleBinding"):
             continue
-        if not any(s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == subject
-                   for s in binding["subjects"]):
+        if not any(
+            s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == subject for s in binding["subjects"]
+        ):
             continue
         ref = binding["roleRef"]
         role = roles.get((ref["kind"], ref["name"], k[2] if ref["kind"] == "Role" else ""))
@@ -216,16 +228,24 @@ def test_prescaler_rbac_is_least_privilege() -> None:
     rules = rules_for(base_objects(), (NAMESPACE, "prescaler"))
     builtins = {r["builtin"]: r["bindingNamespace"] for r in rules if "builtin" in r}
     assert builtins == {"system:auth-delegator": "", "extension-apiserver-authentication-reader": "kube-system"}
-    granted = {(group, resource, verb, r["bindingNamespace"])
-               for r in rules if "builtin" not in r
-               for group in r["apiGroups"] for resource in r["resources"] for verb in r["verbs"]}
+    granted = {
+        (group, resource, verb, r["bindingNamespace"])
+        for r in rules
+        if "builtin" not in r
+        for group in r["apiGroups"]
+        for resource in r["resources"]
+        for verb in r["verbs"]
+    }
     kinds = ("virtualmetrics", "virtualmetricevents", "horizontalpodprescalers")
     crs = {("prescaler.pingpong.ai", res, verb, "") for res in kinds for verb in ("get", "list", "watch")}
     status = {("prescaler.pingpong.ai", f"{res}/status", verb, "") for res in kinds for verb in ("update", "patch")}
     leases = {("coordination.k8s.io", "leases", verb, NAMESPACE) for verb in ("get", "create", "update")}
     # leadTime: Auto reads the scale target's pods (read-only).
-    lead = {(group, res, verb, "") for group, res in (("apps", "deployments"), ("apps", "replicasets"), ("", "pods"))
-            for verb in ("get", "list")}
+    lead = {
+        (group, res, verb, "")
+        for group, res in (("apps", "deployments"), ("apps", "replicasets"), ("", "pods"))
+        for verb in ("get", "list")
+    }
     hpas = {("autoscaling", "horizontalpodautoscalers", verb, "") for verb in ("get", "list", "watch")}  # read-only
     events = {("", "events", "create", "")}  # Events on condition changes
     assert granted == crs | status | leases | lead | hpas | events
@@ -254,23 +274,33 @@ def test_cert_manager_component_injects_the_ca(tmp_path: Path) -> None:
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     rel = Path(os.path.relpath(ROOT, overlay))
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [str(rel / "deploy")], "components": [str(rel / "apiservice" / "cert-manager")]}))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [str(rel / "deploy")],
+                "components": [str(rel / "apiservice" / "cert-manager")],
+            }
+        )
+    )
     objects = {key(d): d for d in load_all(kustomize(str(overlay)))}
     api = objects[("APIService", "v1beta1.external.metrics.k8s.io", "")]
-    secret_name = objects[("Deployment", "prescaler", NAMESPACE)]["spec"]["template"]["spec"]["volumes"][0][
-        "secret"]["secretName"]
+    secret_name = objects[("Deployment", "prescaler", NAMESPACE)]["spec"]["template"]["spec"]["volumes"][0]["secret"][
+        "secretName"
+    ]
     certificate = objects[("Certificate", "prescaler-tls", NAMESPACE)]["spec"]
     assert api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/prescaler-tls"
     assert certificate["secretName"] == secret_name
     assert "prescaler.prescaler.svc" in certificate["dnsNames"]
     issuer = objects[("Issuer", certificate["issuerRef"]["name"], NAMESPACE)]["spec"]
     assert objects[("Certificate", "prescaler-ca", NAMESPACE)]["spec"]["secretName"] == issuer["ca"]["secretName"]
-    assert set(objects) - EXPECTED_BASE == {("Issuer", "prescaler-selfsigned", NAMESPACE),
-                                            ("Issuer", "prescaler-ca", NAMESPACE),
-                                            ("Certificate", "prescaler-ca", NAMESPACE),
-                                            ("Certificate", "prescaler-tls", NAMESPACE)}
+    assert set(objects) - EXPECTED_BASE == {
+        ("Issuer", "prescaler-selfsigned", NAMESPACE),
+        ("Issuer", "prescaler-ca", NAMESPACE),
+        ("Certificate", "prescaler-ca", NAMESPACE),
+        ("Certificate", "prescaler-tls", NAMESPACE),
+    }
 
 
 # ------------------------------------------------------------------ certificates for the kustomize install
@@ -282,11 +312,14 @@ def check_serving_certificate(ca_pem: bytes, cert_pem: bytes, service: str, name
     cert = x509.load_pem_x509_certificate(cert_pem)
     cert.verify_directly_issued_by(ca)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert f"{service}.{namespace}.svc" in names
-    assert set(names) == {service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-                          f"{service}.{namespace}.svc.cluster.local"}
+    assert set(names) == {
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    }
     usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert ExtendedKeyUsageOID.SERVER_AUTH in usage
 
@@ -294,9 +327,14 @@ def check_serving_certificate(ca_pem: bytes, cert_pem: bytes, service: str, name
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
 def test_gen_certs_script(tmp_path: Path) -> None:
     out = tmp_path / "certs"
-    result = subprocess.run(["bash", str(ROOT / "deploy" / "certs" / "gen-certs.sh"), str(out)],
-                            env={"PATH": "/usr/bin:/bin", "NAMESPACE": "autoscaling", "SERVICE": "pre"},
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "certs" / "gen-certs.sh"), str(out)],
+        env={"PATH": "/usr/bin:/bin", "NAMESPACE": "autoscaling", "SERVICE": "pre"},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     check_serving_certificate((out / "ca.crt").read_bytes(), (out / "tls.crt").read_bytes(), "pre", "autoscaling")
     assert "kubectl -n autoscaling create secret generic pre-tls" in result.stdout

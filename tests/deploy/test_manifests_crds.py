@@ -72,23 +72,42 @@ def _ca_pem() -> str:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 CA_PEM = _ca_pem()
 
-VM: dict[str, Any] = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
-                      "metadata": {"name": "rps"},
-                      "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"}}
+VM: dict[str, Any] = {
+    "apiVersion": "prescaler.pingpong.ai/v1",
+    "kind": "VirtualMetric",
+    "metadata": {"name": "rps"},
+    "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"},
+}
 VME: dict[str, Any] = {
-    "apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "stage-vme"},
-    "spec": {"source": {"api": {"url": "https://stage.example/service-a/metrics"}},
-             "metrics": [{"name": "rps", "resource": {"name": "service-a", "namespace": "service-a"},
-                          "value": {"expression": "scheduledMessage * 2"}}]},
+    "apiVersion": "prescaler.pingpong.ai/v1",
+    "kind": "VirtualMetricEvent",
+    "metadata": {"name": "stage-vme"},
+    "spec": {
+        "source": {"api": {"url": "https://stage.example/service-a/metrics"}},
+        "metrics": [
+            {
+                "name": "rps",
+                "resource": {"name": "service-a", "namespace": "service-a"},
+                "value": {"expression": "scheduledMessage * 2"},
+            }
+        ],
+    },
 }
 
 
@@ -113,8 +132,10 @@ def test_committed_crds_match_the_generator() -> None:
     assert crd_generate.main(["--check"]) == 0, "run python deploy/crds/generate.py"
 
 
-@pytest.mark.parametrize("kind,plural,short", [("VirtualMetric", "virtualmetrics", "pvm"),
-                                                ("VirtualMetricEvent", "virtualmetricevents", "pvme")])
+@pytest.mark.parametrize(
+    "kind,plural,short",
+    [("VirtualMetric", "virtualmetrics", "pvm"), ("VirtualMetricEvent", "virtualmetricevents", "pvme")],
+)
 def test_crd_names_scope_and_subresources(kind: str, plural: str, short: str) -> None:
     crd = crds()[kind]
     assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
@@ -132,11 +153,14 @@ def test_printer_columns() -> None:
         [version] = crds()[kind]["spec"]["versions"]
         return {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
 
-    assert columns("VirtualMetric") == {"Metric": ".status.metricName",
-                                        "Ready": '.status.conditions[?(@.type=="Ready")].status',
-                                        "Strategy": ".spec.mergeStrategy",
-                                        "LeadTime": ".spec.leadTime", "Targets": ".status.targets",
-                                        "Age": ".metadata.creationTimestamp"}
+    assert columns("VirtualMetric") == {
+        "Metric": ".status.metricName",
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+        "Strategy": ".spec.mergeStrategy",
+        "LeadTime": ".spec.leadTime",
+        "Targets": ".status.targets",
+        "Age": ".metadata.creationTimestamp",
+    }
     vme = columns("VirtualMetricEvent")
     assert vme["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
     assert vme["Items"] == ".status.itemCount" and vme["Source"] == ".status.sourceKind"
@@ -216,45 +240,134 @@ VALID = {
     "seed VM": VM,
     "seed VME": VME,
     "VM without spec": {k: v for k, v in VM.items() if k != "spec"},
-    "VM extensions": with_(VM, "spec", {"name": "rps", "defaultValue": 1.5, "mergeStrategy": "Max",
-                                        "leadTime": "5m", "holdTime": 30, "min": 0, "max": 100000}),
+    "VM extensions": with_(
+        VM,
+        "spec",
+        {
+            "name": "rps",
+            "defaultValue": 1.5,
+            "mergeStrategy": "Max",
+            "leadTime": "5m",
+            "holdTime": 30,
+            "min": 0,
+            "max": 100000,
+        },
+    ),
     "VM zero durations": with_(VM, "spec", {"leadTime": "0", "holdTime": "0s"}),
     "VM metric name with colon": with_(VM, "spec.name", "chat:rps_total"),
-    "VME common settings beside the kind": with_(VME, "spec.source", {
-        "api": {"url": "http://127.0.0.1:8080/items"}, "interval": "30s", "timeout": "5s",
-        "staleAfter": "150s", "onStale": "UseKnown"}),
+    "VME common settings beside the kind": with_(
+        VME,
+        "spec.source",
+        {
+            "api": {"url": "http://127.0.0.1:8080/items"},
+            "interval": "30s",
+            "timeout": "5s",
+            "staleAfter": "150s",
+            "onStale": "UseKnown",
+        },
+    ),
     "VME common settings inside the block": with_(VME, "spec.source.api.interval", 15),
     "VME nameFromLabel": with_(VME, "spec.metrics.0.resource", {"namespace": "ns", "nameFromLabel": "service"}),
     "VME constant expression": with_(VME, "spec.metrics.0.value.expression", 5),
-    "VME api with everything": with_(VME, "spec.source.api", {
-        "url": "https://api.example/items",
-        "headers": [{"name": "X-Team", "value": "chat"},
-                    {"name": "Authorization",
-                     "valueFrom": {"secretKeyRef": {"namespace": "ns", "name": "tok", "key": "token"}}}],
-        "maxResponseBytes": 1048576, "tls": {"caBundle": CA_PEM, "insecureSkipVerify": False},
-        "allowLinkLocal": True, "timeout": "2s"}),
-    "VME schedule": with_(VME, "spec.source", {"schedule": {
-        "timeZone": "Asia/Seoul", "lookahead": "24h",
-        "items": [{"start": 1700545800, "end": 1700545860, "values": {"scheduledMessage": 50}, "id": "b1"},
-                  {"start": "2024-11-21T09:00:00+09:00", "end": "2024-11-21T09:10:00+09:00"}],
-        "windows": [{"cron": "0 9 * * 1-5", "duration": "10m", "values": {"scheduledMessage": 100}},
-                    {"days": ["Mon", "Fri"], "start": "12:00", "end": "13:30", "values": {"x": 1},
-                     "timeZone": "UTC"}],
-        "exclude": ["2024-12-25", datetime.date(2024, 12, 31)]}}),  # YAML reads 2024-12-31 as a date
-    "VME schedule with YAML 1.1 clock integers and day ranges": with_(VME, "spec.source", {"schedule": {
-        "windows": [{"days": ["mon-fri", "Sunday"], "start": 1200, "end": "24:00", "values": {"x": 1},
-                     "exclude": ["2026-01-01"]}]}}),
-    "VME prometheus": with_(VME, "spec.source", {"prometheus": {
-        "url": "http://prometheus.monitoring:9090", "query": "sum(rate(http_requests_total[1m]))",
-        "auth": {"basic": {"username": "u", "password": {"secretKeyRef": {"namespace": "m", "name": "p",
-                                                                          "key": "pw"}}}},
-        "tls": {"caFile": "/etc/ssl/ca.pem"}}, "interval": "1m"}),
-    "VME forecast": with_(VME, "spec.source", {"forecast": {
-        "history": {"prometheus": {"url": "http://prom:9090", "query": "sum(rate(x[5m]))", "step": "5m",
-                                   "length": "336h", "auth": {"bearerTokenFile": "/var/run/token"}}},
-        "model": "auto", "season": "1d", "horizon": "1h", "step": "5m", "quantile": 0.9}}),
-    "VME forecast from api history": with_(VME, "spec.source", {"forecast": {
-        "history": {"api": {"url": "https://history.example/items"}}, "model": "holtWinters"}}),
+    "VME api with everything": with_(
+        VME,
+        "spec.source.api",
+        {
+            "url": "https://api.example/items",
+            "headers": [
+                {"name": "X-Team", "value": "chat"},
+                {
+                    "name": "Authorization",
+                    "valueFrom": {"secretKeyRef": {"namespace": "ns", "name": "tok", "key": "token"}},
+                },
+            ],
+            "maxResponseBytes": 1048576,
+            "tls": {"caBundle": CA_PEM, "insecureSkipVerify": False},
+            "allowLinkLocal": True,
+            "timeout": "2s",
+        },
+    ),
+    "VME schedule": with_(
+        VME,
+        "spec.source",
+        {
+            "schedule": {
+                "timeZone": "Asia/Seoul",
+                "lookahead": "24h",
+                "items": [
+                    {"start": 1700545800, "end": 1700545860, "values": {"scheduledMessage": 50}, "id": "b1"},
+                    {"start": "2024-11-21T09:00:00+09:00", "end": "2024-11-21T09:10:00+09:00"},
+                ],
+                "windows": [
+                    {"cron": "0 9 * * 1-5", "duration": "10m", "values": {"scheduledMessage": 100}},
+                    {"days": ["Mon", "Fri"], "start": "12:00", "end": "13:30", "values": {"x": 1}, "timeZone": "UTC"},
+                ],
+                "exclude": ["2024-12-25", datetime.date(2024, 12, 31)],
+            }
+        },
+    ),  # YAML reads 2024-12-31 as a date
+    "VME schedule with YAML 1.1 clock integers and day ranges": with_(
+        VME,
+        "spec.source",
+        {
+            "schedule": {
+                "windows": [
+                    {
+                        "days": ["mon-fri", "Sunday"],
+                        "start": 1200,
+                        "end": "24:00",
+                        "values": {"x": 1},
+                        "exclude": ["2026-01-01"],
+                    }
+                ]
+            }
+        },
+    ),
+    "VME prometheus": with_(
+        VME,
+        "spec.source",
+        {
+            "prometheus": {
+                "url": "http://prometheus.monitoring:9090",
+                "query": "sum(rate(http_requests_total[1m]))",
+                "auth": {
+                    "basic": {
+                        "username": "u",
+                        "password": {"secretKeyRef": {"namespace": "m", "name": "p", "key": "pw"}},
+                    }
+                },
+                "tls": {"caFile": "/etc/ssl/ca.pem"},
+            },
+            "interval": "1m",
+        },
+    ),
+    "VME forecast": with_(
+        VME,
+        "spec.source",
+        {
+            "forecast": {
+                "history": {
+                    "prometheus": {
+                        "url": "http://prom:9090",
+                        "query": "sum(rate(x[5m]))",
+                        "step": "5m",
+                        "length": "336h",
+                        "auth": {"bearerTokenFile": "/var/run/token"},
+                    }
+                },
+                "model": "auto",
+                "season": "1d",
+                "horizon": "1h",
+                "step": "5m",
+                "quantile": 0.9,
+            }
+        },
+    ),
+    "VME forecast from api history": with_(
+        VME,
+        "spec.source",
+        {"forecast": {"history": {"api": {"url": "https://history.example/items"}}, "model": "holtWinters"}},
+    ),
 }
 
 INVALID = {
@@ -278,57 +391,128 @@ INVALID = {
     "bad onStale": (with_(VME, "spec.source.onStale", "Drop"), "is not one of"),
     "empty metrics": (with_(VME, "spec.metrics", []), "should be non-empty"),
     "unknown metric entry field": (with_(VME, "spec.metrics.0.weight", 2), "weight"),
-    "name and nameFromLabel": (with_(VME, "spec.metrics.0.resource.nameFromLabel", "svc"),
-                               "exactly one of name or nameFromLabel"),
-    "neither name nor nameFromLabel": (with_(VME, "spec.metrics.0.resource.name", None),
-                                       "exactly one of name or nameFromLabel"),
+    "name and nameFromLabel": (
+        with_(VME, "spec.metrics.0.resource.nameFromLabel", "svc"),
+        "exactly one of name or nameFromLabel",
+    ),
+    "neither name nor nameFromLabel": (
+        with_(VME, "spec.metrics.0.resource.name", None),
+        "exactly one of name or nameFromLabel",
+    ),
     "namespace with capitals": (with_(VME, "spec.metrics.0.resource.namespace", "Service-A"), "does not match"),
     "blank expression": (with_(VME, "spec.metrics.0.value.expression", "  "), "does not match"),
     "missing value": (with_(VME, "spec.metrics.0.value", None), "'value' is a required property"),
-    "header with value and valueFrom": (with_(VME, "spec.source.api.headers", [
-        {"name": "A", "value": "x", "valueFrom": {"secretKeyRef": {"namespace": "n", "name": "s", "key": "k"}}}]),
-        "exactly one of value or valueFrom"),
-    "secretKeyRef without namespace": (with_(VME, "spec.source.api.headers", [
-        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]), "'namespace' is a required"),
-    "bad forecast model": (with_(VME, "spec.source", {"forecast": {"history": {"api": {"url": "http://h"}},
-                                                                  "model": "prophet"}}), "is not one of"),
-    "forecast with two histories": (with_(VME, "spec.source", {"forecast": {"history": {
-        "api": {"url": "http://h"}, "prometheus": {"url": "http://p", "query": "up"}}}}),
-        "exactly one of prometheus or api"),
-    "quantile above one": (with_(VME, "spec.source", {"forecast": {"history": {"api": {"url": "http://h"}},
-                                                                  "quantile": 1.5}}), "maximum"),
-    "cron window without duration": (with_(VME, "spec.source", {"schedule": {"windows": [
-        {"cron": "0 9 * * *", "values": {"x": 1}}]}}), "duration is required with cron"),
-    "duration without cron": (with_(VME, "spec.source", {"schedule": {"windows": [
-        {"start": "09:00", "end": "10:00", "duration": "5m", "values": {"x": 1}}]}}), "only allowed with cron"),
-    "cron with days": (with_(VME, "spec.source", {"schedule": {"windows": [
-        {"cron": "0 9 * * *", "duration": "5m", "days": ["Mon"], "values": {"x": 1}}]}}), "not both"),
-    "daily window without end": (with_(VME, "spec.source", {"schedule": {"windows": [
-        {"start": "09:00", "values": {"x": 1}}]}}), "needs start and end"),
-    "window without values": (with_(VME, "spec.source", {"schedule": {"windows": [
-        {"start": "09:00", "end": "10:00"}]}}), "'values' is a required property"),
-    "empty schedule": (with_(VME, "spec.source", {"schedule": {"timeZone": "UTC"}}),
-                       "at least one of items or windows"),
-    "bad week day": (with_(VME, "spec.source", {"schedule": {"windows": [{"days": ["Mo"], "start": "09:00",
-                                                                          "end": "10:00", "values": {"x": 1}}]}}),
-                     "does not match"),
-    "bad exclude date": (with_(VME, "spec.source", {"schedule": {"items": [{"start": 1, "end": 2}],
-                                                                 "exclude": ["25.12.2024"]}}), "does not match"),
-    "two prometheus auth methods": (with_(VME, "spec.source", {"prometheus": {
-        "url": "http://p", "query": "up", "auth": {"bearerTokenFile": "/t", "basic": {
-            "username": "u", "passwordFile": "/p"}}}}), "exactly one of bearerToken"),
-    "basic auth without password": (with_(VME, "spec.source", {"prometheus": {
-        "url": "http://p", "query": "up", "auth": {"basic": {"username": "u"}}}}),
-        "exactly one of password or passwordFile"),
-    "credentials in the url": (with_(VME, "spec.source.api.url", "https://user:pw@api.example/items"),
-                               "does not match"),
-    "header value with a line break": (with_(VME, "spec.source.api.headers", [{"name": "A", "value": "x\r\nB: y"}]),
-                                       "does not match"),
-    "insecureSkipVerify with caBundle": (with_(VME, "spec.source.api.tls", {
-        "insecureSkipVerify": True, "caBundle": "-----BEGIN CERTIFICATE-----"}), "cannot be combined"),
+    "header with value and valueFrom": (
+        with_(
+            VME,
+            "spec.source.api.headers",
+            [{"name": "A", "value": "x", "valueFrom": {"secretKeyRef": {"namespace": "n", "name": "s", "key": "k"}}}],
+        ),
+        "exactly one of value or valueFrom",
+    ),
+    "secretKeyRef without namespace": (
+        with_(
+            VME, "spec.source.api.headers", [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+        ),
+        "'namespace' is a required",
+    ),
+    "bad forecast model": (
+        with_(VME, "spec.source", {"forecast": {"history": {"api": {"url": "http://h"}}, "model": "prophet"}}),
+        "is not one of",
+    ),
+    "forecast with two histories": (
+        with_(
+            VME,
+            "spec.source",
+            {"forecast": {"history": {"api": {"url": "http://h"}, "prometheus": {"url": "http://p", "query": "up"}}}},
+        ),
+        "exactly one of prometheus or api",
+    ),
+    "quantile above one": (
+        with_(VME, "spec.source", {"forecast": {"history": {"api": {"url": "http://h"}}, "quantile": 1.5}}),
+        "maximum",
+    ),
+    "cron window without duration": (
+        with_(VME, "spec.source", {"schedule": {"windows": [{"cron": "0 9 * * *", "values": {"x": 1}}]}}),
+        "duration is required with cron",
+    ),
+    "duration without cron": (
+        with_(
+            VME,
+            "spec.source",
+            {"schedule": {"windows": [{"start": "09:00", "end": "10:00", "duration": "5m", "values": {"x": 1}}]}},
+        ),
+        "only allowed with cron",
+    ),
+    "cron with days": (
+        with_(
+            VME,
+            "spec.source",
+            {"schedule": {"windows": [{"cron": "0 9 * * *", "duration": "5m", "days": ["Mon"], "values": {"x": 1}}]}},
+        ),
+        "not both",
+    ),
+    "daily window without end": (
+        with_(VME, "spec.source", {"schedule": {"windows": [{"start": "09:00", "values": {"x": 1}}]}}),
+        "needs start and end",
+    ),
+    "window without values": (
+        with_(VME, "spec.source", {"schedule": {"windows": [{"start": "09:00", "end": "10:00"}]}}),
+        "'values' is a required property",
+    ),
+    "empty schedule": (
+        with_(VME, "spec.source", {"schedule": {"timeZone": "UTC"}}),
+        "at least one of items or windows",
+    ),
+    "bad week day": (
+        with_(
+            VME,
+            "spec.source",
+            {"schedule": {"windows": [{"days": ["Mo"], "start": "09:00", "end": "10:00", "values": {"x": 1}}]}},
+        ),
+        "does not match",
+    ),
+    "bad exclude date": (
+        with_(VME, "spec.source", {"schedule": {"items": [{"start": 1, "end": 2}], "exclude": ["25.12.2024"]}}),
+        "does not match",
+    ),
+    "two prometheus auth methods": (
+        with_(
+            VME,
+            "spec.source",
+            {
+                "prometheus": {
+                    "url": "http://p",
+                    "query": "up",
+                    "auth": {"bearerTokenFile": "/t", "basic": {"username": "u", "passwordFile": "/p"}},
+                }
+            },
+        ),
+        "exactly one of bearerToken",
+    ),
+    "basic auth without password": (
+        with_(
+            VME, "spec.source", {"prometheus": {"url": "http://p", "query": "up", "auth": {"basic": {"username": "u"}}}}
+        ),
+        "exactly one of password or passwordFile",
+    ),
+    "credentials in the url": (
+        with_(VME, "spec.source.api.url", "https://user:pw@api.example/items"),
+        "does not match",
+    ),
+    "header value with a line break": (
+        with_(VME, "spec.source.api.headers", [{"name": "A", "value": "x\r\nB: y"}]),
+        "does not match",
+    ),
+    "insecureSkipVerify with caBundle": (
+        with_(VME, "spec.source.api.tls", {"insecureSkipVerify": True, "caBundle": "-----BEGIN CERTIFICATE-----"}),
+        "cannot be combined",
+    ),
     "tiny maxResponseBytes": (with_(VME, "spec.source.api.maxResponseBytes", 10), "minimum"),
-    "quantile at one half": (with_(VME, "spec.source", {"forecast": {"history": {"api": {"url": "http://h"}},
-                                                                    "quantile": 0.5}}), "less than or equal"),
+    "quantile at one half": (
+        with_(VME, "spec.source", {"forecast": {"history": {"api": {"url": "http://h"}}, "quantile": 0.5}}),
+        "less than or equal",
+    ),
     "VME without spec": ({k: v for k, v in VME.items() if k != "spec"}, "'spec' is a required property"),
 }
 
@@ -381,4 +565,6 @@ STRICTER_SCHEMA = {
 @pytest.mark.parametrize("name", list(STRICTER_SCHEMA))
 def test_documented_differences_are_still_true(name: str) -> None:
     doc = STRICTER_SCHEMA[name]
-    assert _code_accepts(doc) and errors(doc), f"{name}: no longer a difference; update the README section Running in a cluster"
+    assert _code_accepts(doc) and errors(doc), (
+        f"{name}: no longer a difference; update the README section Running in a cluster"
+    )

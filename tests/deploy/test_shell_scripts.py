@@ -12,8 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESCALER = Path(sys.executable).with_name("prescaler")
-_SKIP_DIRS = {".venv", ".git", ".run", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache",
-              ".ruff_cache"}
+_SKIP_DIRS = {".venv", ".git", ".run", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
 def shell_scripts() -> list[Path]:
@@ -25,8 +24,9 @@ def shell_scripts() -> list[Path]:
         if path.suffix == ".sh" or path.stat().st_mode & stat.S_IXUSR:
             with path.open("rb") as fh:
                 first = fh.readline().decode("utf-8", "replace")
-            if path.suffix == ".sh" or (first.startswith("#!") and first.rstrip().split("/")[-1].split()[-1]
-                                        in ("sh", "bash")):
+            if path.suffix == ".sh" or (
+                first.startswith("#!") and first.rstrip().split("/")[-1].split()[-1] in ("sh", "bash")
+            ):
                 found.append(path)
     return sorted(found)
 
@@ -43,10 +43,21 @@ def test_gen_certs_never_runs_kubectl(tmp_path: Path) -> None:
     marker = tmp_path / "kubectl-was-called"
     _tripwire_kubectl(tmp_path / "bin", marker)
     out = tmp_path / "certs"
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PRESCALER": str(PRESCALER),
-           "NAMESPACE": "autoscaling", "SERVICE": "pre", "HOME": str(tmp_path)}
-    result = subprocess.run(["bash", str(ROOT / "deploy" / "certs" / "gen-certs.sh"), str(out)], env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "PRESCALER": str(PRESCALER),
+        "NAMESPACE": "autoscaling",
+        "SERVICE": "pre",
+        "HOME": str(tmp_path),
+    }
+    result = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "certs" / "gen-certs.sh"), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert not marker.exists(), f"gen-certs.sh ran kubectl: {marker.read_text()}"
     assert result.returncode == 0, result.stderr
     assert {"ca.crt", "ca.key", "tls.crt", "tls.key", "apiservice.yaml"} <= {p.name for p in out.iterdir()}
@@ -61,8 +72,14 @@ def test_gen_certs_finds_the_repository_prescaler_without_path(tmp_path: Path) -
     marker = tmp_path / "kubectl-was-called"
     _tripwire_kubectl(tmp_path / "bin", marker)
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    result = subprocess.run(["bash", str(ROOT / "deploy" / "certs" / "gen-certs.sh"), str(tmp_path / "c")],
-                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "certs" / "gen-certs.sh"), str(tmp_path / "c")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
 
@@ -70,8 +87,9 @@ def test_gen_certs_finds_the_repository_prescaler_without_path(tmp_path: Path) -
 def test_make_lint_shellchecks_every_shell_script() -> None:
     scripts = shell_scripts()
     assert ROOT / "deploy" / "certs" / "gen-certs.sh" in scripts and ROOT / ".ci" / "run" in scripts
-    dry_run = subprocess.run(["make", "-n", "-s", "lint"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=60, check=False)
+    dry_run = subprocess.run(
+        ["make", "-n", "-s", "lint"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
     lines = [line for line in dry_run.stdout.splitlines() if line.split(" ", 1)[0].endswith("/shellcheck")]
     assert lines, f"make lint does not run shellcheck:\n{dry_run.stdout}{dry_run.stderr}"
     listed = {(ROOT / word).resolve() for word in lines[0].split()[1:]}
@@ -83,6 +101,12 @@ SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"  # pinned by the dev extra (s
 
 @pytest.mark.skipif(not SHELLCHECK.exists(), reason="no .venv/bin/shellcheck in this checkout (make install)")
 def test_every_shell_script_passes_shellcheck() -> None:
-    result = subprocess.run([str(SHELLCHECK), *map(str, shell_scripts())], capture_output=True, text=True,
-                            timeout=120, check=False, env={**os.environ})
+    result = subprocess.run(
+        [str(SHELLCHECK), *map(str, shell_scripts())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ},
+    )
     assert result.returncode == 0, result.stdout

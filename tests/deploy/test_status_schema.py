@@ -24,10 +24,12 @@ def _validators():
 
 
 def test_engine_status_validates_against_the_crds() -> None:
-    good = schedule_event("good", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
-                          [entry("service-a", "service-a", "n / 0")])
-    bad = schedule_event("bad", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
-                         [entry("service-a", "service-a", "n +")])
+    good = schedule_event(
+        "good", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}], [entry("service-a", "service-a", "n / 0")]
+    )
+    bad = schedule_event(
+        "bad", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}], [entry("service-a", "service-a", "n +")]
+    )
     docs = [metric("rps"), metric("broken", mergeStrategy="Sum"), good, bad]
     docs[1]["spec"]["name"] = "rps"  # a duplicate metric name: rejected with a condition
 
@@ -38,6 +40,7 @@ def test_engine_status_validates_against_the_crds() -> None:
         statuses = engine.statuses()
         await engine.stop()
         return statuses
+
     statuses = run(go())
     validators, validate_documents = _validators()
     objects = []

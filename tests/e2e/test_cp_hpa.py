@@ -24,35 +24,61 @@ from tests.e2e.support import PrescalerProcess, served, wait_for
 
 log = logging.getLogger("e2e.hpa")
 
-LEAD_TIME = 60          # VirtualMetric rps leadTime (seconds)
-WINDOW = 30             # the announced window's length (seconds)
+LEAD_TIME = 60  # VirtualMetric rps leadTime (seconds)
+WINDOW = 30  # the announced window's length (seconds)
 SCALE_DOWN_STABILIZATION = 20  # the test HPA's behavior.scaleDown.stabilizationWindowSeconds
 
 
 def deployment(namespace: str, name: str) -> dict[str, Any]:
     labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    }
 
 
 def hpa(namespace: str, name: str, resource: str) -> dict[str, Any]:
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                     "minReplicas": 1, "maxReplicas": 20,
-                     "metrics": [{"type": "External", "external": {
-                         "metric": {"name": "rps", "selector": {"matchLabels": {"resource": resource}}},
-                         "target": {"type": "AverageValue", "averageValue": "10"}}}],
-                     # Scale-up keeps the defaults (no stabilization; +100 % or +4 pods per 15 s);
-                     # only the 5-minute scale-down stabilization is shortened to fit a bounded test.
-                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_STABILIZATION}}}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": 1,
+            "maxReplicas": 20,
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {"name": "rps", "selector": {"matchLabels": {"resource": resource}}},
+                        "target": {"type": "AverageValue", "averageValue": "10"},
+                    },
+                }
+            ],
+            # Scale-up keeps the defaults (no stabilization; +100 % or +4 pods per 15 s);
+            # only the 5-minute scale-down stabilization is shortened to fit a bounded test.
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_STABILIZATION}},
+        },
+    }
 
 
 def workload(plane: ControlPlane, namespace: str, name: str, resource: str) -> None:
-    plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-                 deployment(namespace, name), hpa(namespace, name, resource)])
+    plane.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            deployment(namespace, name),
+            hpa(namespace, name, resource),
+        ]
+    )
 
 
 def hpa_condition(plane: ControlPlane, namespace: str, name: str, kind: str) -> dict[str, Any]:
@@ -77,8 +103,12 @@ class ReplicaRecorder:
         while not self._stop.is_set():
             w = watch.Watch()
             try:
-                for event in w.stream(self.apps.list_namespaced_deployment, self.namespace,
-                                      field_selector=f"metadata.name={self.name}", timeout_seconds=5):
+                for event in w.stream(
+                    self.apps.list_namespaced_deployment,
+                    self.namespace,
+                    field_selector=f"metadata.name={self.name}",
+                    timeout_seconds=5,
+                ):
                     replicas = event["object"].spec.replicas
                     with self._cond:
                         if not self.changes or self.changes[-1][1] != replicas:
@@ -101,8 +131,9 @@ class ReplicaRecorder:
             while not (self.changes and predicate(self.changes[-1][1])):
                 left = deadline - time.time()
                 if left <= 0:
-                    raise AssertionError(f"{self.namespace}/{self.name}: timed out waiting for {what}; "
-                                         f"changes {self.changes}")
+                    raise AssertionError(
+                        f"{self.namespace}/{self.name}: timed out waiting for {what}; changes {self.changes}"
+                    )
                 self._cond.wait(left)
             return self.changes[-1][0]
 
@@ -135,40 +166,64 @@ def write_timeline(plane: ControlPlane, name: str, lines: list[str]) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_hpa_scales_up_before_the_window_and_down_after(plane: ControlPlane, seed: dict[str, str],
-                                                         recorder_factory: Any) -> None:
+def test_hpa_scales_up_before_the_window_and_down_after(
+    plane: ControlPlane, seed: dict[str, str], recorder_factory: Any
+) -> None:
     ns, name = "scale-ahead", "web"
     announcer = Announcer()
     try:
-        plane.kubectl("patch", "virtualmetric", "rps", "--type=merge", "-p", f'{{"spec":{{"leadTime":"{LEAD_TIME}s"}}}}')
-        plane.apply({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-                     "metadata": {"name": "scale-ahead"},
-                     "spec": {"source": {"api": {"url": announcer.url}, "interval": "5s"},
-                              "metrics": [{"name": "rps", "resource": {"name": name, "namespace": ns},
-                                           "value": {"expression": "scheduledMessage * 2"}}]}})
+        plane.kubectl(
+            "patch", "virtualmetric", "rps", "--type=merge", "-p", f'{{"spec":{{"leadTime":"{LEAD_TIME}s"}}}}'
+        )
+        plane.apply(
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": "scale-ahead"},
+                "spec": {
+                    "source": {"api": {"url": announcer.url}, "interval": "5s"},
+                    "metrics": [
+                        {
+                            "name": "rps",
+                            "resource": {"name": name, "namespace": ns},
+                            "value": {"expression": "scheduledMessage * 2"},
+                        }
+                    ],
+                },
+            }
+        )
         workload(plane, ns, name, name)
         recorder = recorder_factory(ns, name)
         # The HPA reads the metric (0 now: nothing announced) before the announcement is made.
-        wait_for(lambda: hpa_condition(plane, ns, name, "ScalingActive").get("status") == "True", 60,
-                 "the HPA to read the external metric (ScalingActive=True)")
+        wait_for(
+            lambda: hpa_condition(plane, ns, name, "ScalingActive").get("status") == "True",
+            60,
+            "the HPA to read the external metric (ScalingActive=True)",
+        )
         assert recorder.wait(lambda r: r == 1, 30, "1 replica") > 0
 
         window_start = int(time.time()) + LEAD_TIME + 30
         window_end = window_start + WINDOW
         announced_at = time.time()
         announcer.set_items([{"start": window_start, "end": window_end, "values": {"scheduledMessage": 50}}])
-        log.info("announced 50 messages for [%d, %d), %.1fs ahead", window_start, window_end,
-                 window_start - announced_at)
+        log.info(
+            "announced 50 messages for [%d, %d), %.1fs ahead", window_start, window_end, window_start - announced_at
+        )
 
         t_ten = recorder.wait(lambda r: r >= 10, window_start - time.time() + 30, "10 replicas")
-        t_down = recorder.wait(lambda r: r == 1, window_end - time.time() + SCALE_DOWN_STABILIZATION + 60,
-                               "the scale-down to 1 replica")
+        t_down = recorder.wait(
+            lambda r: r == 1, window_end - time.time() + SCALE_DOWN_STABILIZATION + 60, "the scale-down to 1 replica"
+        )
         changes = recorder.since(announced_at)
-        lines = [f"window [{window_start}, {window_end}) announced at {announced_at:.1f}; leadTime {LEAD_TIME}s, "
-                 f"scale-down stabilization {SCALE_DOWN_STABILIZATION}s, HPA sync period {plane.hpa_sync_period}"]
+        lines = [
+            f"window [{window_start}, {window_end}) announced at {announced_at:.1f}; leadTime {LEAD_TIME}s, "
+            f"scale-down stabilization {SCALE_DOWN_STABILIZATION}s, HPA sync period {plane.hpa_sync_period}"
+        ]
         lines += [f"  t = window start {t - window_start:+7.1f}s  replicas {r}" for t, r in changes]
-        lines.append(f"reached 10 replicas {window_start - t_ten:.1f}s BEFORE the window started; back to 1 "
-                     f"{t_down - window_end:.1f}s after it ended")
+        lines.append(
+            f"reached 10 replicas {window_start - t_ten:.1f}s BEFORE the window started; back to 1 "
+            f"{t_down - window_end:.1f}s after it ended"
+        )
         write_timeline(plane, "hpa-timeline", lines)
 
         t_first_up = next(t for t, r in changes if r > 1)
@@ -189,11 +244,21 @@ def test_vme_edit_is_served_within_two_seconds(plane: ControlPlane, seed: dict[s
     now = int(time.time())
 
     def vme(users: int) -> dict[str, Any]:
-        return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "edited"},
-                "spec": {"source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600,
-                                                             "values": {"users": users}}]}},
-                         "metrics": [{"name": "rps", "resource": {"name": "edited", "namespace": "edits"},
-                                      "value": {"expression": "users"}}]}}
+        return {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": "edited"},
+            "spec": {
+                "source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600, "values": {"users": users}}]}},
+                "metrics": [
+                    {
+                        "name": "rps",
+                        "resource": {"name": "edited", "namespace": "edits"},
+                        "value": {"expression": "users"},
+                    }
+                ],
+            },
+        }
 
     def serves(value: int) -> Callable[[], bool]:
         return lambda: served(plane, "edits", "edited") == [str(value)]
@@ -212,17 +277,24 @@ def test_vme_edit_is_served_within_two_seconds(plane: ControlPlane, seed: dict[s
 
 
 @pytest.mark.timeout(600)
-def test_hpa_keeps_replicas_while_prescaler_is_down(plane: ControlPlane, prescaler: PrescalerProcess,
-                                                    seed: dict[str, str], recorder_factory: Any) -> None:
+def test_hpa_keeps_replicas_while_prescaler_is_down(
+    plane: ControlPlane, prescaler: PrescalerProcess, seed: dict[str, str], recorder_factory: Any
+) -> None:
     ns, name = "steady", "api"
     now = int(time.time())
 
     def vme(users: int) -> dict[str, Any]:
-        return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "steady"},
-                "spec": {"source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600,
-                                                             "values": {"users": users}}]}},
-                         "metrics": [{"name": "rps", "resource": {"name": name, "namespace": ns},
-                                      "value": {"expression": "users"}}]}}
+        return {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": "steady"},
+            "spec": {
+                "source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600, "values": {"users": users}}]}},
+                "metrics": [
+                    {"name": "rps", "resource": {"name": name, "namespace": ns}, "value": {"expression": "users"}}
+                ],
+            },
+        }
 
     plane.apply(vme(40))
     workload(plane, ns, name, name)
@@ -232,8 +304,11 @@ def test_hpa_keeps_replicas_while_prescaler_is_down(plane: ControlPlane, prescal
     prescaler.stop()
     stopped = time.time()
     try:
-        wait_for(lambda: hpa_condition(plane, ns, name, "ScalingActive").get("reason") == "FailedGetExternalMetric",
-                 30, "the HPA to see the metric fail")
+        wait_for(
+            lambda: hpa_condition(plane, ns, name, "ScalingActive").get("reason") == "FailedGetExternalMetric",
+            30,
+            "the HPA to see the metric fail",
+        )
         plane.apply(vme(70))  # changed while prescaler is down: cannot be served yet
         while time.time() < stopped + 60:
             assert prescaler.process.proc and not prescaler.running()

@@ -42,12 +42,14 @@ def test_prescaler_cannot_write_hpas(plane: ControlPlane, prescaler: PrescalerPr
         assert not can_i(plane, verb, "horizontalpodautoscalers.autoscaling", "-n", "service-a"), verb
     assert not can_i(plane, "patch", "horizontalpodautoscalers.autoscaling", "--subresource=status", "-n", "x")
     assert not can_i(plane, "patch", "horizontalpodprescalers.prescaler.pingpong.ai", "-n", "service-a")
-    assert can_i(plane, "patch", "horizontalpodprescalers.prescaler.pingpong.ai", "--subresource=status",
-                 "-n", "service-a")
+    assert can_i(
+        plane, "patch", "horizontalpodprescalers.prescaler.pingpong.ai", "--subresource=status", "-n", "service-a"
+    )
 
 
 def test_hpp_status_says_how_to_patch_the_hpa_and_turns_true_once_patched(
-        plane: ControlPlane, prescaler: PrescalerProcess, seed: dict[str, str]) -> None:
+    plane: ControlPlane, prescaler: PrescalerProcess, seed: dict[str, str]
+) -> None:
     hpp = yaml.safe_load(SEED_HPP.read_text())
     namespace, name = hpp["metadata"]["namespace"], hpp["metadata"]["name"]
     hpa_name = hpp["spec"]["scaleTargetRef"]["name"]
@@ -58,8 +60,11 @@ def test_hpp_status_says_how_to_patch_the_hpa_and_turns_true_once_patched(
     plane.kubectl("delete", "hpa", hpa_name, "-n", namespace, "--ignore-not-found")
 
     # No HPA yet.
-    wait_for(lambda: hpa_configured(plane, namespace, name).get("reason") == "HPANotFound", 60,
-             "HPAConfigured=False/HPANotFound")
+    wait_for(
+        lambda: hpa_configured(plane, namespace, name).get("reason") == "HPANotFound",
+        60,
+        "HPAConfigured=False/HPANotFound",
+    )
     assert hpa_configured(plane, namespace, name)["status"] == "False"
 
     # The user's HPA as it was before prescaler: the documented example without its External entry.
@@ -68,8 +73,11 @@ def test_hpp_status_says_how_to_patch_the_hpa_and_turns_true_once_patched(
     before["spec"]["metrics"] = [m for m in before["spec"]["metrics"] if m["type"] != "External"]
     assert len(before["spec"]["metrics"]) == len(documented["spec"]["metrics"]) - 1
     plane.apply(before)
-    missing = wait_for(lambda: (c := hpa_configured(plane, namespace, name)).get("reason") == "MetricMissing" and c,
-                       60, "HPAConfigured=False/MetricMissing after the HPA appeared")
+    missing = wait_for(
+        lambda: (c := hpa_configured(plane, namespace, name)).get("reason") == "MetricMissing" and c,
+        60,
+        "HPAConfigured=False/MetricMissing after the HPA appeared",
+    )
     log.info("HPAConfigured: %s", missing)
     assert missing["status"] == "False"
     message = missing["message"]
@@ -84,8 +92,11 @@ def test_hpp_status_says_how_to_patch_the_hpa_and_turns_true_once_patched(
     out = plane.kubectl(*argv[1:]).stdout
     assert f"{hpa_name} patched" in out, out
     assert plane.get_json("hpa", hpa_name, "-n", namespace)["spec"]["metrics"] == documented["spec"]["metrics"]
-    configured = wait_for(lambda: (c := hpa_configured(plane, namespace, name)).get("status") == "True" and c,
-                          60, "HPAConfigured=True after the patch")
+    configured = wait_for(
+        lambda: (c := hpa_configured(plane, namespace, name)).get("status") == "True" and c,
+        60,
+        "HPAConfigured=True after the patch",
+    )
     assert configured["reason"] == "HPAConfigured", configured
     assert "rps" in configured["message"], configured
     # Printer column: kubectl get shows the HPA name.

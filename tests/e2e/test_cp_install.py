@@ -36,8 +36,9 @@ def test_seed_values_through_the_aggregator(plane: ControlPlane, seed: dict[str,
     # 50 scheduled messages: scheduledMessage * 2 for service-a, scheduledMessage for service-b.
     wait_for(lambda: served(plane, "service-a", "service-a") == ["100"], 30, "service-a to serve 100")
     assert served(plane, "service-b", "service-b") == ["50"]
-    body = json.loads(plane.kubectl("get", "--raw",
-                                    f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a").stdout)
+    body = json.loads(
+        plane.kubectl("get", "--raw", f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a").stdout
+    )
     assert body["kind"] == "ExternalMetricValueList"
     assert body["items"][0]["metricName"] == "rps"
     assert body["items"][0]["metricLabels"] == {"resource": "service-a"}
@@ -63,12 +64,18 @@ def table(plane: ControlPlane, *args: str) -> list[dict[str, str]]:
 
 def test_printer_columns(plane: ControlPlane, seed: dict[str, str]) -> None:
     wait_for(lambda: served(plane, "service-a", "service-a") == ["100"], 30, "values")
-    rows = wait_for(lambda: (r := table(plane, "virtualmetric", "rps")) and r[0].get("READY") == "True" and r, 30,
-                    "VirtualMetric rps READY True")
+    rows = wait_for(
+        lambda: (r := table(plane, "virtualmetric", "rps")) and r[0].get("READY") == "True" and r,
+        30,
+        "VirtualMetric rps READY True",
+    )
     assert rows[0]["__header__"] == " ".join(printer_columns("virtualmetrics"))
     assert (rows[0]["NAME"], rows[0]["METRIC"], rows[0]["STRATEGY"], rows[0]["TARGETS"]) == ("rps", "rps", "Sum", "2")
-    rows = wait_for(lambda: (r := table(plane, "virtualmetricevent", "stage-vme")) and r[0].get("READY") == "True"
-                    and r, 30, "VirtualMetricEvent stage-vme READY True")
+    rows = wait_for(
+        lambda: (r := table(plane, "virtualmetricevent", "stage-vme")) and r[0].get("READY") == "True" and r,
+        30,
+        "VirtualMetricEvent stage-vme READY True",
+    )
     assert rows[0]["__header__"] == " ".join(printer_columns("virtualmetricevents"))
     assert (rows[0]["SOURCE"], rows[0]["ITEMS"]) == ("api", "1")
     wide = table(plane, "virtualmetricevent", "stage-vme", "-o", "wide")
@@ -94,8 +101,11 @@ def test_status_through_the_status_subresource(plane: ControlPlane, seed: dict[s
     # Written by prescaler's ServiceAccount through .../status: the managedFields entry says so.
     status_managers = [m for m in doc["metadata"]["managedFields"] if m.get("subresource") == "status"]
     assert status_managers and all(m["operation"] == "Update" for m in status_managers), status_managers
-    vm = wait_for(lambda: (d := plane.get_json("virtualmetric", "rps")).get("status", {}).get("targets") and d, 30,
-                  "VirtualMetric rps status.targets")
+    vm = wait_for(
+        lambda: (d := plane.get_json("virtualmetric", "rps")).get("status", {}).get("targets") and d,
+        30,
+        "VirtualMetric rps status.targets",
+    )
     assert vm["status"]["targets"] == 2
 
 
@@ -107,8 +117,17 @@ def test_failed_source_shows_in_status(plane: ControlPlane, prescaler: Prescaler
         entry["resource"]["namespace"] = entry["resource"]["name"] = "unreachable"
     plane.apply(doc)
     try:
-        conds = wait_for(lambda: (c := _conditions(plane.get_json("virtualmetricevent", "unreachable-vme"))).get(
-            "SourceHealthy", {}).get("status") == "False" and c, 60, "SourceHealthy=False")
+        conds = wait_for(
+            lambda: (
+                (c := _conditions(plane.get_json("virtualmetricevent", "unreachable-vme")))
+                .get("SourceHealthy", {})
+                .get("status")
+                == "False"
+                and c
+            ),
+            60,
+            "SourceHealthy=False",
+        )
         assert conds["SourceHealthy"]["reason"] in ("FetchFailed", "Stale")
         assert conds["Ready"]["status"] == "False"
     finally:
@@ -118,16 +137,20 @@ def test_failed_source_shows_in_status(plane: ControlPlane, prescaler: Prescaler
 VM = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric"}
 
 
-@pytest.mark.parametrize(("name", "spec", "expected"), [
-    ("min-over-max", {"min": 10, "max": 5}, ["min must not be greater than max"]),
-    ("median", {"mergeStrategy": "Median"}, ["spec.mergeStrategy", "Unsupported value", '"Median"']),
-    # Strict field validation rejects the unknown field while decoding, before the object (and so its
-    # name) exists: the message names the kind and the field.
-    ("unknown-field", {"leadtime": "5m"}, ["VirtualMetric", 'unknown field "spec.leadtime"']),
-    ("bad-duration", {"leadTime": "5 minutes"}, ["spec.leadTime", "5 minutes"]),
-])
-def test_bad_objects_are_rejected_by_the_api_server(plane: ControlPlane, name: str, spec: dict[str, Any],
-                                                   expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("name", "spec", "expected"),
+    [
+        ("min-over-max", {"min": 10, "max": 5}, ["min must not be greater than max"]),
+        ("median", {"mergeStrategy": "Median"}, ["spec.mergeStrategy", "Unsupported value", '"Median"']),
+        # Strict field validation rejects the unknown field while decoding, before the object (and so its
+        # name) exists: the message names the kind and the field.
+        ("unknown-field", {"leadtime": "5m"}, ["VirtualMetric", 'unknown field "spec.leadtime"']),
+        ("bad-duration", {"leadTime": "5 minutes"}, ["spec.leadTime", "5 minutes"]),
+    ],
+)
+def test_bad_objects_are_rejected_by_the_api_server(
+    plane: ControlPlane, name: str, spec: dict[str, Any], expected: list[str]
+) -> None:
     doc = {**VM, "metadata": {"name": name}, "spec": {"name": name, "defaultValue": 0, "mergeStrategy": "Sum", **spec}}
     result = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc), check=False)
     assert result.returncode != 0, result.stdout
@@ -140,10 +163,21 @@ def test_bad_objects_are_rejected_by_the_api_server(plane: ControlPlane, name: s
 
 
 def test_bad_vme_is_rejected_with_the_cel_message(plane: ControlPlane) -> None:
-    doc = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "two-names"},
-           "spec": {"source": {"schedule": {"items": [{"start": 0, "end": 1, "values": {"x": 1}}]}},
-                    "metrics": [{"name": "rps", "resource": {"name": "a", "nameFromLabel": "svc", "namespace": "ns1"},
-                                 "value": {"expression": "x"}}]}}
+    doc = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "two-names"},
+        "spec": {
+            "source": {"schedule": {"items": [{"start": 0, "end": 1, "values": {"x": 1}}]}},
+            "metrics": [
+                {
+                    "name": "rps",
+                    "resource": {"name": "a", "nameFromLabel": "svc", "namespace": "ns1"},
+                    "value": {"expression": "x"},
+                }
+            ],
+        },
+    }
     result = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc), check=False)
     assert result.returncode != 0
     assert "exactly one of name or nameFromLabel is required" in result.stderr, result.stderr
@@ -153,8 +187,9 @@ def _dry_run(plane: ControlPlane, manifests: str, tmp_path: Path, name: str) -> 
     path = tmp_path / name
     path.write_text(manifests)
     # --server-side: the CRDs are larger than client-side apply's last-applied annotation allows.
-    result = plane.kubectl("apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", str(path),
-                           check=False, timeout=120)
+    result = plane.kubectl(
+        "apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", str(path), check=False, timeout=120
+    )
     assert result.returncode == 0, f"{name}: {result.stderr}"
     return result.stdout
 
@@ -171,8 +206,7 @@ def test_helm_chart_passes_server_dry_run(plane: ControlPlane, prescaler: Presca
     assert f"apiservice.apiregistration.k8s.io/{APISERVICE} serverside-applied (server dry run)" in out, out
 
 
-def test_kustomize_base_passes_server_dry_run(plane: ControlPlane, prescaler: PrescalerProcess,
-                                             tmp_path: Path) -> None:
+def test_kustomize_base_passes_server_dry_run(plane: ControlPlane, prescaler: PrescalerProcess, tmp_path: Path) -> None:
     rendered = plane.kubectl("kustomize", str(ROOT / "deploy")).stdout
     out = _dry_run(plane, rendered, tmp_path, "kustomize.yaml")
     kinds = {line.split("/")[0] for line in out.splitlines()}

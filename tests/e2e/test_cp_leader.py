@@ -21,8 +21,7 @@ LEASE = "prescaler-status-writer"
 
 
 def lease_holder(plane: ControlPlane) -> str:
-    result = plane.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}",
-                           check=False)
+    result = plane.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}", check=False)
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
@@ -44,23 +43,37 @@ def writers(plane: ControlPlane, offset: int, resource: str, name: str) -> set[s
 
 def probe(users: int) -> dict[str, Any]:
     now = int(time.time())
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "probe"},
-            "spec": {"source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600,
-                                                         "values": {"users": users}}]}},
-                     "metrics": [{"name": "rps", "resource": {"name": "probe", "namespace": "probe"},
-                                  "value": {"expression": f"users * {users}"}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "probe"},
+        "spec": {
+            "source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600, "values": {"users": users}}]}},
+            "metrics": [
+                {
+                    "name": "rps",
+                    "resource": {"name": "probe", "namespace": "probe"},
+                    "value": {"expression": f"users * {users}"},
+                }
+            ],
+        },
+    }
 
 
 def edit_and_wait_for_status(plane: ControlPlane, users: int) -> None:
     plane.apply(probe(users))
     generation = plane.get_json("virtualmetricevent", "probe")["metadata"]["generation"]
-    wait_for(lambda: plane.get_json("virtualmetricevent", "probe").get("status", {}).get("observedGeneration") == generation,
-             60, f"status.observedGeneration {generation}")
+    wait_for(
+        lambda: plane.get_json("virtualmetricevent", "probe").get("status", {}).get("observedGeneration") == generation,
+        60,
+        f"status.observedGeneration {generation}",
+    )
 
 
 @pytest.mark.timeout(300)
-def test_only_the_lease_holder_writes_status(plane: ControlPlane, prescaler: PrescalerProcess, certs: Path,
-                                             seed: dict[str, str]) -> None:
+def test_only_the_lease_holder_writes_status(
+    plane: ControlPlane, prescaler: PrescalerProcess, certs: Path, seed: dict[str, str]
+) -> None:
     assert lease_holder(plane).startswith(f"{prescaler.name}_")
     second = PrescalerProcess(plane, certs, "prescaler-b", plane.service_account_token(NAMESPACE, "prescaler"))
     a, b = prescaler.credential_id, second.credential_id
@@ -72,8 +85,14 @@ def test_only_the_lease_holder_writes_status(plane: ControlPlane, prescaler: Pre
         status_writers = writers(plane, offset, "virtualmetricevents", "probe")
         # The holder renews every 5 s: wait for one renewal to see who holds it.
         lease_writers = wait_for(lambda: writers(plane, offset, "leases", LEASE), 20, "a Lease renewal")
-        log.info("holder %s; status writes by %s; lease renewals by %s (a=%s, b=%s)", lease_holder(plane),
-                 status_writers, lease_writers, a, b)
+        log.info(
+            "holder %s; status writes by %s; lease renewals by %s (a=%s, b=%s)",
+            lease_holder(plane),
+            status_writers,
+            lease_writers,
+            a,
+            b,
+        )
         assert status_writers == {a}, (status_writers, a, b)
         assert lease_writers == {a}, (lease_writers, a, b)
 

@@ -26,10 +26,10 @@ log = logging.getLogger("e2e.leadtime")
 
 NS, APP, METRIC, VM = "lead-auto", "web", "lead-auto-rps", "lead-auto"
 REPLICAS = 5
-STARTUPS = [20, 30, 40, 50, 100]   # seconds from creation to Ready, one per pod
+STARTUPS = [20, 30, 40, 50, 100]  # seconds from creation to Ready, one per pod
 # p90 by linear interpolation over the 5 sorted start-ups: rank 0.9 * 4 = 3.6 -> 50 + 0.6 * (100 - 50)
 P90 = 80.0
-SYNC_PERIOD = 15.0                 # prescaler assumes the HPA controller's default period
+SYNC_PERIOD = 15.0  # prescaler assumes the HPA controller's default period
 # The HPA below adds at most 2 pods per 15 s; the expected step doubles the 5 replicas: 5 -> 7 at
 # once, 9 one period later, 10 two periods later -> 30 s of ramp.
 RAMP = 30.0
@@ -46,10 +46,15 @@ def parse_time(text: str) -> float:
 
 
 def vme(start: int) -> dict[str, Any]:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": VM},
-            "spec": {"source": {"schedule": {"items": [{"start": start, "end": start + 600, "values": {"users": 7}}]}},
-                     "metrics": [{"name": METRIC, "resource": {"name": APP, "namespace": NS},
-                                  "value": {"expression": "users"}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": VM},
+        "spec": {
+            "source": {"schedule": {"items": [{"start": start, "end": start + 600, "values": {"users": 7}}]}},
+            "metrics": [{"name": METRIC, "resource": {"name": APP, "namespace": NS}, "value": {"expression": "users"}}],
+        },
+    }
 
 
 def learned(plane: ControlPlane) -> dict[str, Any]:
@@ -57,52 +62,101 @@ def learned(plane: ControlPlane) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(600)
-def test_auto_lead_time_is_learnt_from_real_pods_and_served(plane: ControlPlane,
-                                                            prescaler: PrescalerProcess) -> None:
+def test_auto_lead_time_is_learnt_from_real_pods_and_served(plane: ControlPlane, prescaler: PrescalerProcess) -> None:
     labels = {"app": APP}
-    plane.apply([
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "namespace": NS},
-         "spec": {"replicas": REPLICAS, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels},
-                               "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}},
-        # The HPA that scales the target: its scale-up policy sets the ramp. The metric's target is far
-        # above the values served here, so it keeps the Deployment at minReplicas.
-        {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": APP, "namespace": NS},
-         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
-                  "minReplicas": REPLICAS, "maxReplicas": 20,
-                  "metrics": [{"type": "External", "external": {
-                      "metric": {"name": METRIC, "selector": {"matchLabels": {"resource": APP}}},
-                      "target": {"type": "AverageValue", "averageValue": "1000"}}}],
-                  "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                                           "policies": [{"type": "Pods", "value": 2, "periodSeconds": 15}]}}}},
-    ])
+    plane.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": APP, "namespace": NS},
+                "spec": {
+                    "replicas": REPLICAS,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+                    },
+                },
+            },
+            # The HPA that scales the target: its scale-up policy sets the ramp. The metric's target is far
+            # above the values served here, so it keeps the Deployment at minReplicas.
+            {
+                "apiVersion": "autoscaling/v2",
+                "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": APP, "namespace": NS},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
+                    "minReplicas": REPLICAS,
+                    "maxReplicas": 20,
+                    "metrics": [
+                        {
+                            "type": "External",
+                            "external": {
+                                "metric": {"name": METRIC, "selector": {"matchLabels": {"resource": APP}}},
+                                "target": {"type": "AverageValue", "averageValue": "1000"},
+                            },
+                        }
+                    ],
+                    "behavior": {
+                        "scaleUp": {
+                            "stabilizationWindowSeconds": 0,
+                            "selectPolicy": "Max",
+                            "policies": [{"type": "Pods", "value": 2, "periodSeconds": 15}],
+                        }
+                    },
+                },
+            },
+        ]
+    )
 
     # The real ReplicaSet controller's pods, made Ready the way a kubelet reports it.
     def pods() -> list[dict[str, Any]]:
         items = plane.get_json("pods", "-n", NS, "-l", f"app={APP}")["items"]
         return items if len(items) == REPLICAS else []
 
-    created = sorted(wait_for(pods, 60, f"the ReplicaSet controller to create {REPLICAS} pods"),
-                     key=lambda p: p["metadata"]["name"])
+    created = sorted(
+        wait_for(pods, 60, f"the ReplicaSet controller to create {REPLICAS} pods"), key=lambda p: p["metadata"]["name"]
+    )
     startups: dict[str, int] = {}
     for pod, startup in zip(created, STARTUPS, strict=True):
         name = pod["metadata"]["name"]
         ready_at = parse_time(pod["metadata"]["creationTimestamp"]) + startup
-        status = {"status": {"conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": pod["metadata"]["creationTimestamp"]},
-            {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(ready_at)}]}}
+        status = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "True",
+                        "lastTransitionTime": pod["metadata"]["creationTimestamp"],
+                    },
+                    {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(ready_at)},
+                ]
+            }
+        }
         plane.kubectl("patch", "pod", name, "-n", NS, "--subresource=status", "--type=merge", "-p", json.dumps(status))
         startups[name] = startup
     log.info("pods and their start-ups: %s", startups)
 
     # A leadTime: Auto metric whose only target is that Deployment; the window is far out for now.
-    plane.apply([{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": VM},
-                  "spec": {"name": METRIC, "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "Auto"}},
-                 vme(int(time.time()) + 3000)])
+    plane.apply(
+        [
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetric",
+                "metadata": {"name": VM},
+                "spec": {"name": METRIC, "defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "Auto"},
+            },
+            vme(int(time.time()) + 3000),
+        ]
+    )
     asked = time.monotonic()
-    status = wait_for(lambda: (s := learned(plane)).get("reason") == "Measured" and s, 60,
-                      "status.learnedLeadTime with reason Measured")
+    status = wait_for(
+        lambda: (s := learned(plane)).get("reason") == "Measured" and s,
+        60,
+        "status.learnedLeadTime with reason Measured",
+    )
     log.info("learnedLeadTime after %.1fs: %s", time.monotonic() - asked, status)
     assert status["startupSeconds"] == pytest.approx(P90), status
     assert status["percentile"] == 0.9, status
@@ -119,8 +173,12 @@ def test_auto_lead_time_is_learnt_from_real_pods_and_served(plane: ControlPlane,
     plane.apply(vme(start))
     wait_for(lambda: served(plane, NS, APP, METRIC) == ["0"], 30, "the edited window, not served yet")
     assert start - time.time() < FALLBACK
-    seen = wait_for(lambda: served(plane, NS, APP, METRIC) == ["7"] and time.time(), 60,
-                    "the window's value, served LEAD seconds ahead", interval=0.1)
+    seen = wait_for(
+        lambda: served(plane, NS, APP, METRIC) == ["7"] and time.time(),
+        60,
+        "the window's value, served LEAD seconds ahead",
+        interval=0.1,
+    )
     early = start - seen
     log.info("window starting at %d served %.1fs ahead (learnt lead %.0fs)", start, early, LEAD)
     assert LEAD - 3 <= early <= LEAD + 0.5, (early, LEAD)

@@ -37,7 +37,7 @@ from tests.upstream_server import TOKEN, UpstreamServer
 log = logging.getLogger("e2e.upstream")
 
 UP_NAMESPACE, UP_SERVICE = "keda", "keda-metrics-apiserver"
-METRIC = "keda-queue-length"        # defined only by the upstream
+METRIC = "keda-queue-length"  # defined only by the upstream
 APP_NS, APP = "queue-app", "worker"
 SELECTOR = f"scaledobject.keda.sh/name={APP}"
 HPA_SA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
@@ -55,8 +55,9 @@ def upstream(plane: ControlPlane) -> Iterator[UpstreamServer]:
     (pki / "tls.key").write_bytes(key)
     (pki / "token").write_text(TOKEN)
     # `rps` too: a name both sides define, which prescaler must keep serving itself.
-    server = UpstreamServer(None, names=[METRIC, "rps"], pki_dir=pki,
-                            front_proxy_ca_file=plane.pki.path("front-proxy-ca.crt")).start()
+    server = UpstreamServer(
+        None, names=[METRIC, "rps"], pki_dir=pki, front_proxy_ca_file=plane.pki.path("front-proxy-ca.crt")
+    ).start()
     server.pki = pki  # type: ignore[attr-defined]
     yield server
     server.stop()
@@ -67,16 +68,28 @@ def apiservice_to(plane: ControlPlane, namespace: str, name: str, port: int, ca_
     spec = doc["spec"]
     spec["service"] = {"namespace": namespace, "name": name, "port": port}
     spec["caBundle"] = base64.b64encode(ca_pem).decode()
-    plane.apply({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-                 "metadata": {"name": APISERVICE}, "spec": spec})
+    plane.apply(
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": APISERVICE},
+            "spec": spec,
+        }
+    )
 
 
 def hpa_state(plane: ControlPlane) -> tuple[str | None, str | None]:
     """(ScalingActive status, the External metric's current value) of the test HPA."""
     status = plane.get_json("hpa", APP, "-n", APP_NS).get("status", {})
     active = next((c["status"] for c in status.get("conditions", []) if c["type"] == "ScalingActive"), None)
-    current = next((m["external"]["current"].get("value") for m in status.get("currentMetrics") or []
-                    if m.get("type") == "External"), None)
+    current = next(
+        (
+            m["external"]["current"].get("value")
+            for m in status.get("currentMetrics") or []
+            if m.get("type") == "External"
+        ),
+        None,
+    )
     return active, current
 
 
@@ -99,8 +112,14 @@ def timed_get(http: httpx.Client, path: str) -> tuple[httpx.Response, float]:
 
 @pytest.mark.timeout(600)
 def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
-        plane: ControlPlane, certs: Path, installed: int, prescaler: PrescalerProcess, seed: dict[str, str],
-        seed_announcer: Announcer, upstream: UpstreamServer) -> None:
+    plane: ControlPlane,
+    certs: Path,
+    installed: int,
+    prescaler: PrescalerProcess,
+    seed: dict[str, str],
+    seed_announcer: Announcer,
+    upstream: UpstreamServer,
+) -> None:
     pki: Path = upstream.pki  # type: ignore[attr-defined]
     taken_over: PrescalerProcess | None = None
     lines: list[str] = []
@@ -112,27 +131,69 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
 
     try:
         # 1. Before prescaler: the upstream is THE external metrics server, and an HPA scales on it.
-        plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": UP_NAMESPACE}},
-                     {"apiVersion": "v1", "kind": "Service", "metadata": {"name": UP_SERVICE, "namespace": UP_NAMESPACE},
-                      "spec": {"type": "ExternalName", "externalName": "127.0.0.1"}}])
+        plane.apply(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": UP_NAMESPACE}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": UP_SERVICE, "namespace": UP_NAMESPACE},
+                    "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
+                },
+            ]
+        )
         apiservice_to(plane, UP_NAMESPACE, UP_SERVICE, upstream.port, (pki / "ca.crt").read_bytes())
-        wait_for(lambda: upstream.requests_for(f"{V1}") and raw(plane, V1).returncode == 0
-                 and METRIC in raw(plane, V1).stdout and '"rps"' in raw(plane, V1).stdout, 60,
-                 "the aggregator to serve the upstream's discovery")
+        wait_for(
+            lambda: (
+                upstream.requests_for(f"{V1}")
+                and raw(plane, V1).returncode == 0
+                and METRIC in raw(plane, V1).stdout
+                and '"rps"' in raw(plane, V1).stdout
+            ),
+            60,
+            "the aggregator to serve the upstream's discovery",
+        )
         labels = {"app": APP}
-        plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APP_NS}},
-                     {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "namespace": APP_NS},
-                      "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                               "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                                   {"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}}},
-                     {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                      "metadata": {"name": APP, "namespace": APP_NS},
-                      "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
-                               "minReplicas": 1, "maxReplicas": 5,
-                               "metrics": [{"type": "External", "external": {
-                                   "metric": {"name": METRIC, "selector": {"matchLabels": {
-                                       "scaledobject.keda.sh/name": APP}}},
-                                   "target": {"type": "Value", "value": "1000"}}}]}}])
+        plane.apply(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APP_NS}},
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": APP, "namespace": APP_NS},
+                    "spec": {
+                        "replicas": 1,
+                        "selector": {"matchLabels": labels},
+                        "template": {
+                            "metadata": {"labels": labels},
+                            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+                        },
+                    },
+                },
+                {
+                    "apiVersion": "autoscaling/v2",
+                    "kind": "HorizontalPodAutoscaler",
+                    "metadata": {"name": APP, "namespace": APP_NS},
+                    "spec": {
+                        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
+                        "minReplicas": 1,
+                        "maxReplicas": 5,
+                        "metrics": [
+                            {
+                                "type": "External",
+                                "external": {
+                                    "metric": {
+                                        "name": METRIC,
+                                        "selector": {"matchLabels": {"scaledobject.keda.sh/name": APP}},
+                                    },
+                                    "target": {"type": "Value", "value": "1000"},
+                                },
+                            }
+                        ],
+                    },
+                },
+            ]
+        )
         wait_for(lambda: hpa_state(plane) == ("True", "42"), 90, "the HPA to read 42 from the upstream directly")
         direct = [s for s in upstream.requests_for(f"/{METRIC}?") if s.headers.get("x-remote-user") == HPA_SA]
         assert direct, "the HPA controller's requests reach the upstream through the aggregator"
@@ -142,16 +203,33 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
 
         # 2. prescaler takes over the APIService, with the upstream configured behind it.
         token = plane.service_account_token(NAMESPACE, "prescaler")
-        taken_over = PrescalerProcess(plane, certs, "prescaler-upstream", token, extra_args=[
-            "--upstream-external-metrics-url", upstream.url, "--upstream-ca-file", str(pki / "ca.crt"),
-            "--upstream-token-file", str(pki / "token"), "--upstream-timeout", str(UPSTREAM_TIMEOUT),
-            "--upstream-discovery-interval", "2"]).start()
+        taken_over = PrescalerProcess(
+            plane,
+            certs,
+            "prescaler-upstream",
+            token,
+            extra_args=[
+                "--upstream-external-metrics-url",
+                upstream.url,
+                "--upstream-ca-file",
+                str(pki / "ca.crt"),
+                "--upstream-token-file",
+                str(pki / "token"),
+                "--upstream-timeout",
+                str(UPSTREAM_TIMEOUT),
+                "--upstream-discovery-interval",
+                "2",
+            ],
+        ).start()
         apiservice_to(plane, NAMESPACE, "prescaler", taken_over.port, (certs / "ca.crt").read_bytes())
         switched = len(upstream.seen)
 
         def via_prescaler() -> bool:
-            return any(s.headers.get("authorization") == f"Bearer {TOKEN}"
-                       for s in upstream.seen[switched:] if f"/{METRIC}?" in s.path)
+            return any(
+                s.headers.get("authorization") == f"Bearer {TOKEN}"
+                for s in upstream.seen[switched:]
+                if f"/{METRIC}?" in s.path
+            )
 
         wait_for(via_prescaler, 60, "the HPA's requests to reach the upstream through prescaler")
         upstream.value = "57"  # the HPA must follow the upstream, now through prescaler
@@ -196,8 +274,10 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
                 assert upstream.in_flight > 0
                 slow, slow_took = pending.result(30)
             upstream.release.set()
-            note(f"upstream hanging: its metric {slow.status_code} in {slow_took:.2f}s; own rps "
-                 f"{own.status_code} in {own_took:.2f}s")
+            note(
+                f"upstream hanging: its metric {slow.status_code} in {slow_took:.2f}s; own rps "
+                f"{own.status_code} in {own_took:.2f}s"
+            )
             assert slow.status_code == 504, slow.text
             assert slow.json()["kind"] == "Status" and slow.json()["code"] == 504, slow.text
             assert slow_took < UPSTREAM_TIMEOUT + 5, slow_took
@@ -207,8 +287,10 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
             upstream.stop()  # down: nothing listens any more
             down, down_took = timed_get(http, metric_path())
             own, own_took = timed_get(http, f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a")
-            note(f"upstream down: its metric {down.status_code} in {down_took:.2f}s; own rps "
-                 f"{own.status_code} in {own_took:.2f}s")
+            note(
+                f"upstream down: its metric {down.status_code} in {down_took:.2f}s; own rps "
+                f"{own.status_code} in {own_took:.2f}s"
+            )
             assert down.status_code == 503, down.text
             assert down.json()["kind"] == "Status" and down.json()["code"] == 503, down.text
             assert down_took < UPSTREAM_TIMEOUT + 5, down_took
@@ -228,5 +310,8 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
         if taken_over is not None:
             taken_over.stop()
         plane.kubectl("delete", "namespace", APP_NS, UP_NAMESPACE, "--wait=false", check=False)
-        wait_for(lambda: served(plane, "service-a", "service-a") == ["100"], 60,
-                 "the session's prescaler to serve through the aggregator again")
+        wait_for(
+            lambda: served(plane, "service-a", "service-a") == ["100"],
+            60,
+            "the session's prescaler to serve through the aggregator again",
+        )

@@ -56,8 +56,22 @@ def test_forecast_with_model_season_quantile_and_short_horizon(tmp_path, capsys)
     t = 1_700_000_000 + 3600 * np.arange(24 * 15)
     v = 10 + 5 * np.sin(2 * np.pi * np.arange(len(t)) / 24)
     path = write(tmp_path / "h.csv", "timestamp,value\n" + "".join(f"{a},{b}\n" for a, b in zip(t, v)))
-    code, out, _ = run(["forecast", "--history", str(path), "--horizon", "30m", "--model",
-                        "seasonalNaive", "--season", "24h", "--quantile", "0.95"], capsys)
+    code, out, _ = run(
+        [
+            "forecast",
+            "--history",
+            str(path),
+            "--horizon",
+            "30m",
+            "--model",
+            "seasonalNaive",
+            "--season",
+            "24h",
+            "--quantile",
+            "0.95",
+        ],
+        capsys,
+    )
     assert code == 0
     rows = out.strip().splitlines()[1:]
     assert len(rows) == 1  # 30 minutes at a 1-hour step is the next point
@@ -80,37 +94,45 @@ def test_backtest_prints_mase_mae_coverage_next_to_seasonal_naive(tmp_path, caps
         assert 0 <= float(within) <= float(cov) <= 1
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    ("this is not a csv\n", "expected 2 columns"),
-    ("timestamp,value\n1,2\n2,abc\n", "not a number"),
-    ("timestamp,value\n10,1\n5,2\n", "strictly increasing"),
-    ("timestamp,value\n10,1\n", "at least 2 data rows"),
-    ("timestamp,value\n", "no data rows"),
-    ("timestamp,value\n0,1\n60,2\n120,3\n150,4\n240,5\n", "not on the 60s grid"),
-    (b"\x89PNG\r\n\x1a\n\x00\xff", "not a text CSV"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("this is not a csv\n", "expected 2 columns"),
+        ("timestamp,value\n1,2\n2,abc\n", "not a number"),
+        ("timestamp,value\n10,1\n5,2\n", "strictly increasing"),
+        ("timestamp,value\n10,1\n", "at least 2 data rows"),
+        ("timestamp,value\n", "no data rows"),
+        ("timestamp,value\n0,1\n60,2\n120,3\n150,4\n240,5\n", "not on the 60s grid"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "not a text CSV"),
+    ],
+)
 def test_bad_history_exits_2_with_a_clear_message(tmp_path, capsys, content, message):
     path = tmp_path / "bad.csv"
     if isinstance(content, bytes):
         path.write_bytes(content)
     elif content is not None:
         path.write_text(content)
-    for argv in (["forecast", "--history", str(path), "--horizon", "5m"],
-                 ["backtest", "--trace", str(path), "--horizon", "5m"]):
+    for argv in (
+        ["forecast", "--history", str(path), "--horizon", "5m"],
+        ["backtest", "--trace", str(path), "--horizon", "5m"],
+    ):
         code, out, err = run(argv, capsys)
         assert code == 2
         assert message in err
         assert "Traceback" not in err and out == ""
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--horizon", "soon"], "--horizon"),
-    (["--horizon", "0s"], "must be positive"),
-    (["--horizon", "5m", "--model", "magic"], "unknown model"),
-    (["--horizon", "5m", "--quantile", "2"], "--quantile"),
-    (["--horizon", "5m", "--season", "1x"], "--season"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--horizon", "soon"], "--horizon"),
+        (["--horizon", "0s"], "must be positive"),
+        (["--horizon", "5m", "--model", "magic"], "unknown model"),
+        (["--horizon", "5m", "--quantile", "2"], "--quantile"),
+        (["--horizon", "5m", "--season", "1x"], "--season"),
+    ],
+)
 def test_bad_flags_exit_2(tmp_path, capsys, extra, message):
     path = write(tmp_path / "ok.csv", "timestamp,value\n0,1\n60,2\n120,3\n")
     code, _, err = run(["forecast", "--history", str(path)] + extra, capsys)
@@ -133,8 +155,7 @@ def test_read_series_fills_missing_grid_points_with_nan(tmp_path):
 
 
 def test_read_series_accepts_iso_timestamps_and_no_header(tmp_path):
-    path = write(tmp_path / "iso.csv", "2024-01-01T00:00:00Z,1\n2024-01-01T00:05:00Z,2\n"
-                                       "2024-01-01T00:10:00Z,3\n")
+    path = write(tmp_path / "iso.csv", "2024-01-01T00:00:00Z,1\n2024-01-01T00:05:00Z,2\n2024-01-01T00:10:00Z,3\n")
     stamps, values, step = read_series(path)
     assert step == 300 and stamps[0] == 1704067200
     np.testing.assert_array_equal(values, [1, 2, 3])

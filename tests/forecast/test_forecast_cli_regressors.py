@@ -32,12 +32,14 @@ def test_backtest_shows_the_coefficient_and_the_fused_model_wins(tmp_path, capsy
     times = 1_700_000_100 + STEP * np.arange(n)
     announced = np.zeros(n)
     for s in rng.choice(n - 12, 60, replace=False):
-        announced[s:s + 6] = rng.integers(1, 10)
+        announced[s : s + 6] = rng.integers(1, 10)
     load = 100 + 40 * np.sin(2 * np.pi * np.arange(n) / 288) + rng.normal(0, 3, n) + 5.0 * announced
     trace = write_series(tmp_path / "load.csv", times, load)
     events = write_series(tmp_path / "audience.csv", times, announced)
-    code, out, err = run(["backtest", "--history", trace, "--horizon", "15m", "--origins", "24",
-                          "--regressor", f"audience={events}"], capsys)
+    code, out, err = run(
+        ["backtest", "--history", trace, "--horizon", "15m", "--origins", "24", "--regressor", f"audience={events}"],
+        capsys,
+    )
     assert code == 0, err
     lines = out.splitlines()
     fused = next(line for line in lines if line.startswith("auto+regressors,"))

@@ -16,14 +16,32 @@ V1 = "/apis/external.metrics.k8s.io/v1beta1"
 
 
 def forecast_event(url: str) -> dict:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-            "metadata": {"name": "baseline-forecast"},
-            "spec": {"source": {"forecast": {
-                "history": {"prometheus": {"url": url, "query": "prescaler_test_requests", "step": "5m",
-                                           "length": "3d"}},
-                "model": "auto", "horizon": "2h", "quantile": 0.9}, "interval": "5m", "timeout": "30s"},
-                "metrics": [{"name": "rps", "resource": {"nameFromLabel": "service", "namespace": "shop"},
-                             "value": {"expression": "upper * 1.1"}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "baseline-forecast"},
+        "spec": {
+            "source": {
+                "forecast": {
+                    "history": {
+                        "prometheus": {"url": url, "query": "prescaler_test_requests", "step": "5m", "length": "3d"}
+                    },
+                    "model": "auto",
+                    "horizon": "2h",
+                    "quantile": 0.9,
+                },
+                "interval": "5m",
+                "timeout": "30s",
+            },
+            "metrics": [
+                {
+                    "name": "rps",
+                    "resource": {"nameFromLabel": "service", "namespace": "shop"},
+                    "value": {"expression": "upper * 1.1"},
+                }
+            ],
+        },
+    }
 
 
 def expected_sine(t: float, base: float) -> float:

@@ -62,15 +62,18 @@ def test_explicit_daily_season_is_used_when_history_allows():
     assert res.season == DAY and res.note == ""
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"model": "prophet"}, "unknown forecast model"),
-    ({"horizon": 0}, "horizon"),
-    ({"horizon": 2.5}, "horizon"),
-    ({"quantile": 1.5}, "quantile"),
-    ({"quantile": 0.3}, "quantile"),
-    ({"step": 0.0}, "step"),
-    ({"season": -5.0}, "season"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"model": "prophet"}, "unknown forecast model"),
+        ({"horizon": 0}, "horizon"),
+        ({"horizon": 2.5}, "horizon"),
+        ({"quantile": 1.5}, "quantile"),
+        ({"quantile": 0.3}, "quantile"),
+        ({"step": 0.0}, "step"),
+        ({"season": -5.0}, "season"),
+    ],
+)
 def test_bad_arguments_raise_clear_value_errors(kwargs, message):
     args = {"values": np.arange(50.0), "step": 60.0, "horizon": 3}
     args.update(kwargs)

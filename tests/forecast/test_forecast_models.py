@@ -83,9 +83,9 @@ def test_gaps_are_tolerated_and_results_finite(model):
     m = int(DAY / step)
     t = np.arange(9 * m)
     y = pattern(t, m)
-    y[100:400] = np.nan          # a long gap
-    y[::37] = np.nan             # scattered missing points
-    y[-3] = np.nan               # a gap right before the forecast
+    y[100:400] = np.nan  # a long gap
+    y[::37] = np.nan  # scattered missing points
+    y[-3] = np.nan  # a gap right before the forecast
     res = fit_predict(y, step, 6, model=model)
     assert np.all(np.isfinite(res.forecast)) and np.all(np.isfinite(res.upper))
     assert np.all(res.lower <= res.forecast + 1e-9) and np.all(res.forecast <= res.upper + 1e-9)
@@ -122,7 +122,7 @@ def test_auto_follows_a_level_shift():
     m = int(DAY / step)
     t = np.arange(10 * m)
     y = pattern(t, m)
-    y[-m // 2:] += 100  # the last 12 hours are 100 higher than any earlier day
+    y[-m // 2 :] += 100  # the last 12 hours are 100 higher than any earlier day
     res = fit_predict(y, step, 3, model="auto")
     truth = pattern(future(len(t), 3), m) + 100
     # Seasonal naive would be off by 100; a level-aware forecaster is close.

@@ -17,7 +17,7 @@ def history(days: int = 8, seed: int = 0, beta: float = 3.0, outliers: int = 20)
     y = 50 + 20 * np.sin(2 * np.pi * t / DAY) + rng.normal(0, 2, n)
     x = np.zeros((n, 1))
     for s in rng.choice(n - 30, 25, replace=False):
-        x[s:s + 6, 0] = rng.integers(1, 10)
+        x[s : s + 6, 0] = rng.integers(1, 10)
     y += x[:, 0] * beta * (1 + rng.normal(0, 0.3, n))
     y[rng.choice(n, outliers, replace=False)] += 150.0  # bursts that are no event's doing
     return y, x
@@ -71,8 +71,8 @@ def test_standard_error_accounts_for_each_events_own_surprise():
         x = np.zeros((n, 1))
         for s in rng.choice(n - 20, 20, replace=False):
             a = rng.integers(1, 11)
-            x[s:s + 6, 0] = a
-            y[s:s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
+            x[s : s + 6, 0] = a
+            y[s : s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
         effects = fit_effects(y, x, ["audience"])
         z.append((effects.beta[0] - 6) / effects.stderr[0])
     z = np.abs(np.array(z))

@@ -22,11 +22,18 @@ EVERYTHING = parse_selector("")
 A = parse_selector("resource=service-a")
 
 
-def api_event(url: str, name: str = "stage-vme", on_stale: str = "Hold", interval: str = "30s",
-              entries: list | None = None) -> dict:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": name},
-            "spec": {"source": {"api": {"url": url}, "interval": interval, "onStale": on_stale},
-                     "metrics": entries or [entry("service-a", "service-a", "scheduledMessage * 2")]}}
+def api_event(
+    url: str, name: str = "stage-vme", on_stale: str = "Hold", interval: str = "30s", entries: list | None = None
+) -> dict:
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"api": {"url": url}, "interval": interval, "onStale": on_stale},
+            "metrics": entries or [entry("service-a", "service-a", "scheduledMessage * 2")],
+        },
+    }
 
 
 def value(engine, selector=A, namespace="service-a", now=None):
@@ -48,6 +55,7 @@ def test_snapshot_replaces_and_ids_dedupe(announcer: Announcer) -> None:
         third = value(engine, now=NOW + 1)
         await engine.stop()
         return first, second, third
+
     assert run(go()) == ([100.0], [100.0], [20.0])
 
 
@@ -63,6 +71,7 @@ def test_failed_fetch_keeps_items_and_hold_turns_503_when_stale(announcer: Annou
         stale = engine.query("rps", "service-a", A, NOW + 51)  # staleAfter = 5 x 10s after the last success
         await engine.stop()
         return still, status, stale
+
     still, status, stale = run(go())
     assert still == [10.0]  # announced work is still coming
     source = next(c for c in status["conditions"] if c["type"] == "SourceHealthy")
@@ -81,6 +90,7 @@ def test_use_known_keeps_serving_when_stale(announcer: Announcer) -> None:
         status = event_status(engine, "stage-vme", now=NOW + 1000)
         await engine.stop()
         return result, status
+
     result, status = run(go())
     assert result == [10.0]
     assert status["stale"] is True
@@ -88,6 +98,7 @@ def test_use_known_keeps_serving_when_stale(announcer: Announcer) -> None:
 
 def test_source_down_from_start_holds_from_the_start(announcer: Announcer) -> None:
     """onStale: Hold and no successful fetch yet: 503 at once, not the default until staleAfter."""
+
     async def go():
         announcer.set_raw(b"not json")
         engine = await loaded_engine([metric(), api_event(announcer.url, interval="10s")])
@@ -99,6 +110,7 @@ def test_source_down_from_start_holds_from_the_start(announcer: Announcer) -> No
         recovered = engine.query("rps", "service-a", A, NOW + 6)
         await engine.stop()
         return early, late, other, recovered
+
     early, late, other, recovered = run(go())
     assert isinstance(early, SourceOnHold)
     assert "stage-vme" in early.message and "not fetched successfully yet" in early.message
@@ -114,6 +126,7 @@ def test_source_down_from_start_use_known_serves_the_default(announcer: Announce
         early = engine.query("rps", "service-a", A, NOW + 5)
         await engine.stop()
         return early
+
     early = run(go())
     assert isinstance(early, Values) and [v.value for v in early.values] == [0.0]
 
@@ -121,6 +134,7 @@ def test_source_down_from_start_use_known_serves_the_default(announcer: Announce
 def test_a_first_snapshot_without_items_ends_the_hold_of_named_targets(announcer: Announcer) -> None:
     """A named target the first successful fetch gives nothing to is served its default, not held: the
     first snapshot rebuilds the event's partitions, not only the keys it contributes to."""
+
     async def go():
         announcer.set_raw(b"not json")
         engine = await loaded_engine([metric(), api_event(announcer.url)])
@@ -130,6 +144,7 @@ def test_a_first_snapshot_without_items_ends_the_hold_of_named_targets(announcer
         after = engine.query("rps", "service-a", A, NOW + 6)
         await engine.stop()
         return before, after
+
     before, after = run(go())
     assert isinstance(before, SourceOnHold)
     assert isinstance(after, Values) and [v.value for v in after.values] == [0.0]
@@ -138,31 +153,40 @@ def test_a_first_snapshot_without_items_ends_the_hold_of_named_targets(announcer
 def test_never_fetched_hold_source_naming_targets_from_labels_holds_unknown_targets(announcer: Announcer) -> None:
     async def go():
         announcer.set_raw(b"not json")
-        by_label = {"name": "rps", "resource": {"namespace": "service-a", "nameFromLabel": "app"},
-                    "value": {"expression": "scheduledMessage"}}
+        by_label = {
+            "name": "rps",
+            "resource": {"namespace": "service-a", "nameFromLabel": "app"},
+            "value": {"expression": "scheduledMessage"},
+        }
         engine = await loaded_engine([metric(), api_event(announcer.url, entries=[by_label])])
         before = engine.query("rps", "service-a", A, NOW + 5)
-        announcer.set_items([{"start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 4},
-                              "labels": {"app": "service-b"}}])
+        announcer.set_items(
+            [{"start": NOW, "end": NOW + 3600, "values": {"scheduledMessage": 4}, "labels": {"app": "service-b"}}]
+        )
         await fetch_all(engine)
         after = engine.query("rps", "service-a", A, NOW + 6)
         await engine.stop()
         return before, after
+
     before, after = run(go())
     assert isinstance(before, SourceOnHold)
     assert isinstance(after, Values) and [v.value for v in after.values] == [0.0]  # fetched: service-a is unknown
 
 
 def test_broken_objects_do_not_affect_others() -> None:
-    good = schedule_event("good", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}],
-                          [entry("service-a", "service-a", "n")])
-    bad_expr = schedule_event("bad-expr", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}],
-                              [entry("service-a", "service-a", "n +")])
+    good = schedule_event(
+        "good", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}], [entry("service-a", "service-a", "n")]
+    )
+    bad_expr = schedule_event(
+        "bad-expr", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}], [entry("service-a", "service-a", "n +")]
+    )
     two_sources = {**schedule_event("two-sources", [], [entry("service-a", "service-a", "n")])}
     two_sources["spec"]["source"]["api"] = {"url": "http://127.0.0.1:1/x"}
-    div_zero = schedule_event("div-zero", [{"start": NOW, "end": NOW + 60, "values": {"n": 0}},
-                                           {"start": NOW, "end": NOW + 60, "values": {"n": 2}}],
-                              [entry("service-a", "service-a", "10 / n")])
+    div_zero = schedule_event(
+        "div-zero",
+        [{"start": NOW, "end": NOW + 60, "values": {"n": 0}}, {"start": NOW, "end": NOW + 60, "values": {"n": 2}}],
+        [entry("service-a", "service-a", "10 / n")],
+    )
     bad_metric = metric("broken", mergeStrategy="Median")
 
     async def go():
@@ -172,6 +196,7 @@ def test_broken_objects_do_not_affect_others() -> None:
         broken = metric_status(engine, "broken")
         await engine.stop()
         return result, statuses, broken
+
     result, statuses, broken = run(go())
     assert result == [3.0 + 5.0]  # good (3) + the div-zero object's valid item (10/2)
     ready = {n: next(c for c in s["conditions"] if c["type"] == "Ready") for n, s in statuses.items()}
@@ -185,20 +210,26 @@ def test_broken_objects_do_not_affect_others() -> None:
 
 
 def test_unknown_virtual_metric_is_reported_on_the_event() -> None:
-    event = schedule_event("orphan", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
-                           [entry("service-a", "service-a", "n", metric_name="latency")])
+    event = schedule_event(
+        "orphan",
+        [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
+        [entry("service-a", "service-a", "n", metric_name="latency")],
+    )
 
     async def go():
         engine = await loaded_engine([metric(), event])
         status = event_status(engine, "orphan")
         await engine.stop()
         return status
+
     ready = run(go())["conditions"][0]
     assert ready["reason"] == "UnknownMetric" and "latency" in ready["message"]
 
 
 def test_delete_and_resync_remove_objects() -> None:
-    ev = schedule_event("ev", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}], [entry("service-a", "service-a", "n")])
+    ev = schedule_event(
+        "ev", [{"start": NOW, "end": NOW + 60, "values": {"n": 3}}], [entry("service-a", "service-a", "n")]
+    )
 
     async def go():
         engine = await loaded_engine([metric(), ev])
@@ -211,6 +242,7 @@ def test_delete_and_resync_remove_objects() -> None:
         gone = engine.query("rps", "service-a", A, NOW + 1)
         await engine.stop()
         return before, after_delete, gone
+
     before, after_delete, gone = run(go())
     assert before == [3.0] and after_delete == [0.0] and isinstance(gone, MetricNotFound)
 
@@ -234,6 +266,7 @@ def test_duplicate_metric_names_oldest_wins_and_the_other_takes_over_when_it_goe
         took_over = metric_status(engine, "a-newer")
         await engine.stop()
         return served, lost, won, after, took_over
+
     served, lost, won, after, took_over = run(go())
     assert served == [1.0]
     assert lost["conditions"][0]["status"] == "False" and lost["conditions"][0]["reason"] == "MetricNameConflict"
@@ -255,6 +288,7 @@ def test_duplicate_metric_names_without_timestamps_go_by_name() -> None:
         status = metric_status(engine, "rps-b")
         await engine.stop()
         return result, status
+
     result, status = run(go())
     assert result == [1.0]
     assert status["conditions"][0]["reason"] == "MetricNameConflict"
@@ -265,12 +299,14 @@ def test_thread_safe_apply_from_another_thread() -> None:
 
     async def go():
         engine = await loaded_engine([metric()])
-        ev = schedule_event("late", [{"start": NOW, "end": NOW + 60, "values": {"n": 4}}],
-                            [entry("service-a", "service-a", "n")])
+        ev = schedule_event(
+            "late", [{"start": NOW, "end": NOW + 60, "values": {"n": 4}}], [entry("service-a", "service-a", "n")]
+        )
         thread = threading.Thread(target=engine.apply, args=(ev,))
         thread.start()
         thread.join()
         import asyncio
+
         for _ in range(100):
             await asyncio.sleep(0.01)
             if "late" in engine.events and engine.events["late"].runner:
@@ -279,6 +315,7 @@ def test_thread_safe_apply_from_another_thread() -> None:
         result = value(engine, now=NOW + 1)
         await engine.stop()
         return result
+
     assert run(go()) == [4.0]
 
 
@@ -296,6 +333,7 @@ def test_identical_snapshot_skips_the_rebuild_but_counts_as_success(announcer: A
         changed = value(engine, now=NOW + 90)
         await engine.stop()
         return same, fresh, changed
+
     same, fresh, changed = run(go())
     assert same is True
     assert isinstance(fresh, Values) and [v.value for v in fresh.values] == [8.0]
@@ -305,8 +343,9 @@ def test_identical_snapshot_skips_the_rebuild_but_counts_as_success(announcer: A
 def test_a_rejected_new_event_gets_its_status_written() -> None:
     import asyncio
 
-    bad = schedule_event("broken", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}],
-                         [entry("service-a", "service-a", "n +")])
+    bad = schedule_event(
+        "broken", [{"start": NOW, "end": NOW + 60, "values": {"n": 1}}], [entry("service-a", "service-a", "n +")]
+    )
 
     async def go():
         engine = await loaded_engine([metric()])
@@ -325,6 +364,7 @@ def test_a_rejected_new_event_gets_its_status_written() -> None:
                 break
         await engine.stop()
         return status, notified
+
     status, notified = run(go())
     assert status is not None and notified
     ready = status[1]["conditions"][0]
@@ -358,6 +398,7 @@ def test_ready_only_once_every_source_finished_its_first_fetch(announcer: Announ
         answer = engine.query("rps", "service-a", A)
         await engine.stop()
         return before_start, states, ready, answer
+
     before_start, states, ready, answer = run(go())
     assert before_start is False and ready is True
     assert states and states[0] is False  # it was not ready while the fetch was pending

@@ -41,19 +41,31 @@ def test_a_full_collection_runs_at_most_once_per_interval(enabled: None) -> None
 
 def test_replaced_snapshots_are_freed_although_frozen(enabled: None) -> None:
     """Snapshots hold no reference cycles, so freezing after each publish does not keep old ones."""
-    docs = [metric("rps"), schedule_event("a", [{"start": NOW, "end": NOW + 600, "values": {"n": 1}}],
-                                          [entry("ns", f"svc-{i}", "n") for i in range(300)])]
+    docs = [
+        metric("rps"),
+        schedule_event(
+            "a",
+            [{"start": NOW, "end": NOW + 600, "values": {"n": 1}}],
+            [entry("ns", f"svc-{i}", "n") for i in range(300)],
+        ),
+    ]
 
     async def go() -> list[int]:
         engine = await loaded_engine(docs)
         counts = []
         for n in range(12):
-            engine.apply(schedule_event("a", [{"start": NOW, "end": NOW + 600, "values": {"n": n + 2}}],
-                                        [entry("ns", f"svc-{i}", "n") for i in range(300)]))
+            engine.apply(
+                schedule_event(
+                    "a",
+                    [{"start": NOW, "end": NOW + 600, "values": {"n": n + 2}}],
+                    [entry("ns", f"svc-{i}", "n") for i in range(300)],
+                )
+            )
             await settle(engine)
             counts.append(gc.get_freeze_count())
         await engine.stop()
         return counts
+
     counts = run(go())
     # Each publish replaces 300 targets (and their labels, timelines, plans): were the old ones kept,
     # the frozen count would grow by thousands per round.

@@ -29,9 +29,12 @@ bound = st.one_of(st.none(), st.integers(min_value=0, max_value=150))
 
 @st.composite
 def virtual_metric(draw: st.DrawFn, name: str) -> dict:
-    spec: dict = {"defaultValue": draw(st.integers(min_value=0, max_value=20)),
-                  "mergeStrategy": draw(st.sampled_from(["Sum", "Max", "Min", "Average"])),
-                  "leadTime": draw(minutes), "holdTime": draw(minutes)}
+    spec: dict = {
+        "defaultValue": draw(st.integers(min_value=0, max_value=20)),
+        "mergeStrategy": draw(st.sampled_from(["Sum", "Max", "Min", "Average"])),
+        "leadTime": draw(minutes),
+        "holdTime": draw(minutes),
+    }
     low, high = draw(bound), draw(bound)
     if low is not None:
         spec["min"] = low
@@ -50,9 +53,15 @@ def item(draw: st.DrawFn) -> dict:
 @st.composite
 def event(draw: st.DrawFn, name: str, metric_names: list[str]) -> dict:
     items = draw(st.lists(item(), min_size=1, max_size=6))
-    entries = [entry("ns", draw(st.sampled_from(RESOURCES)), draw(st.sampled_from(EXPRESSIONS)),
-                     draw(st.sampled_from(metric_names)))
-               for _ in range(draw(st.integers(min_value=1, max_value=3)))]
+    entries = [
+        entry(
+            "ns",
+            draw(st.sampled_from(RESOURCES)),
+            draw(st.sampled_from(EXPRESSIONS)),
+            draw(st.sampled_from(metric_names)),
+        )
+        for _ in range(draw(st.integers(min_value=1, max_value=3)))
+    ]
     doc = schedule_event(name, items, entries)
     doc["spec"]["source"]["interval"] = "1h"
     return doc
@@ -60,7 +69,7 @@ def event(draw: st.DrawFn, name: str, metric_names: list[str]) -> dict:
 
 @st.composite
 def world(draw: st.DrawFn) -> tuple[list[dict], list[dict], int, int]:
-    names = ["m0", "m1"][:draw(st.integers(min_value=1, max_value=2))]
+    names = ["m0", "m1"][: draw(st.integers(min_value=1, max_value=2))]
     metrics = [draw(virtual_metric(n)) for n in names]
     events = [draw(event(f"ev{i}", names)) for i in range(draw(st.integers(min_value=1, max_value=3)))]
     step = draw(st.integers(min_value=1, max_value=600))
@@ -93,8 +102,9 @@ def test_server_simulator_and_preview_serve_identical_values(case: tuple[list[di
 
     served, previewed = run(server_and_preview())
     parsers = config_parsers()
-    model = PrescalerModel([parse_virtual_metric(m) for m in metrics],
-                           [parse_virtual_metric_event(e, parsers) for e in events])
+    model = PrescalerModel(
+        [parse_virtual_metric(m) for m in metrics], [parse_virtual_metric_event(e, parsers) for e in events]
+    )
     for (name, resource), values in served.items():
         simulated = model.values(name, "ns", resource, times).tolist()
         assert simulated == values, (name, resource)

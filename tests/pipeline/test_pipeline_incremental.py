@@ -18,9 +18,12 @@ from adapter.policy import MetricPolicy
 from adapter.resources import VirtualMetric
 from tests.helpers import NOW, entry, loaded_engine, metric, run, schedule_event, settle
 
-METRICS = {"rps": VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=60.0, hold_time=5.0)),
-           "jobs": VirtualMetric(name="jobs", metric_name="jobs",
-                                 policy=MetricPolicy(merge_strategy="Max", default_value=3.0))}
+METRICS = {
+    "rps": VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=60.0, hold_time=5.0)),
+    "jobs": VirtualMetric(
+        name="jobs", metric_name="jobs", policy=MetricPolicy(merge_strategy="Max", default_value=3.0)
+    ),
+}
 NAMESPACES = ("a", "b")
 RESOURCES = tuple(f"svc-{i}" for i in range(12))
 ONE = compile_expression("1")
@@ -49,8 +52,16 @@ def random_feed(rng: random.Random, name: str, holder: object | None) -> EventFe
     entries = []
     for i in range(rng.randint(1, 6)):
         by_label = rng.random() < 0.3
-        entries.append(EntryPlan(i, rng.choice(list(METRICS)), rng.choice(NAMESPACES),
-                                 None if by_label else rng.choice(RESOURCES), "app" if by_label else None, ONE))
+        entries.append(
+            EntryPlan(
+                i,
+                rng.choice(list(METRICS)),
+                rng.choice(NAMESPACES),
+                None if by_label else rng.choice(RESOURCES),
+                "app" if by_label else None,
+                ONE,
+            )
+        )
     labels = {"team": rng.choice("xyz")} if rng.random() < 0.7 else {}
     return EventFeed(name, labels, tuple(entries), random_contributions(rng, entries), holder)
 
@@ -64,8 +75,11 @@ def random_contributions(rng: random.Random, entries: tuple[EntryPlan, ...] | li
         for resource in resources:
             n = rng.randint(1, 4)
             start = NOW + np.array([rng.randrange(0, 3600, 30) for _ in range(n)], float)
-            out[(e.metric, e.namespace, resource)] = (start, start + rng.choice((30.0, 300.0)),
-                                                      np.array([rng.randint(0, 50) for _ in range(n)], float))
+            out[(e.metric, e.namespace, resource)] = (
+                start,
+                start + rng.choice((30.0, 300.0)),
+                np.array([rng.randint(0, 50) for _ in range(n)], float),
+            )
     return out
 
 
@@ -75,19 +89,28 @@ def answers(published: Published) -> dict:
     for (m, ns), part in published.partitions.items():
         assert [t.resource for t in part.targets] == sorted(part.by_resource) == list(part.resources)
         for target in part.targets:
-            values = [query(published, m, ns, parse_selector(f"resource={target.resource}"), NOW + s)
-                      for s in range(-120, 4000, 97)]
-            out[(m, ns, target.resource)] = (dict(target.labels), target.holder_names, target.sources,
-                                             target.never_fetched, part.waiting,
-                                             [(v.values[0].value, v.valid_until) if isinstance(v, Values)
-                                              else type(v).__name__ for v in values])
+            values = [
+                query(published, m, ns, parse_selector(f"resource={target.resource}"), NOW + s)
+                for s in range(-120, 4000, 97)
+            ]
+            out[(m, ns, target.resource)] = (
+                dict(target.labels),
+                target.holder_names,
+                target.sources,
+                target.never_fetched,
+                part.waiting,
+                [(v.values[0].value, v.valid_until) if isinstance(v, Values) else type(v).__name__ for v in values],
+            )
     return out
 
 
 def test_key_level_updates_equal_a_full_rebuild_over_random_changes() -> None:
     rng = random.Random(12)
     for trial in range(25):
-        feeds = {f"ev-{i}": random_feed(rng, f"ev-{i}", Holder(rng.random() < 0.7) if rng.random() < 0.3 else None) for i in range(5)}
+        feeds = {
+            f"ev-{i}": random_feed(rng, f"ev-{i}", Holder(rng.random() < 0.7) if rng.random() < 0.3 else None)
+            for i in range(5)
+        }
         published = build_published(METRICS, [feeds[n] for n in sorted(feeds)], NOW)
         for step in range(6):
             name = rng.choice(sorted(feeds))
@@ -106,19 +129,25 @@ def test_key_level_updates_equal_a_full_rebuild_over_random_changes() -> None:
 def test_untouched_targets_are_the_same_objects_and_a_new_partition_falls_back() -> None:
     rps = METRICS["rps"]
     plans = [EntryPlan(i, "rps", "a", f"svc-{i}", None, ONE) for i in range(4)]
-    contributions = {("rps", "a", f"svc-{i}"): (np.array([NOW]), np.array([NOW + 60]), np.array([float(i)]))
-                     for i in range(4)}
+    contributions = {
+        ("rps", "a", f"svc-{i}"): (np.array([NOW]), np.array([NOW + 60]), np.array([float(i)])) for i in range(4)
+    }
     feed = EventFeed("ev", {}, tuple(plans), contributions)
     before = build_published({"rps": rps}, [feed], NOW)
     changed_contributions = dict(contributions)
     changed_contributions[("rps", "a", "svc-2")] = (np.array([NOW]), np.array([NOW + 60]), np.array([42.0]))
     changed_contributions[("rps", "b", "svc-9")] = (np.array([NOW]), np.array([NOW + 60]), np.array([1.0]))
     feed = EventFeed("ev", {}, tuple(plans), changed_contributions)
-    after, fallback = update_targets(before, {"rps": rps}, {"ev": feed}, {("rps", "a"): {"svc-2"},
-                                                                         ("rps", "b"): {"svc-9"}}, {"ev"}, NOW)
+    after, fallback = update_targets(
+        before, {"rps": rps}, {"ev": feed}, {("rps", "a"): {"svc-2"}, ("rps", "b"): {"svc-9"}}, {"ev"}, NOW
+    )
     old, new = before.partitions[("rps", "a")], after.partitions[("rps", "a")]
-    assert [new.by_resource[r] is old.by_resource[r] for r in ("svc-0", "svc-1", "svc-2", "svc-3")] == \
-        [True, True, False, True]
+    assert [new.by_resource[r] is old.by_resource[r] for r in ("svc-0", "svc-1", "svc-2", "svc-3")] == [
+        True,
+        True,
+        False,
+        True,
+    ]
     value = query(after, "rps", "a", parse_selector("resource=svc-2"), NOW + 1)
     assert isinstance(value, Values) and value.values[0].value == 42.0
     assert fallback == {("rps", "b")}  # unknown to the previous snapshot: the caller rebuilds it
@@ -126,8 +155,11 @@ def test_untouched_targets_are_the_same_objects_and_a_new_partition_falls_back()
 
 def test_engine_snapshot_rebuilds_only_its_targets_and_serves_the_new_values() -> None:
     def event(name: str, n: float, resources: range) -> dict:
-        return schedule_event(name, [{"start": NOW, "end": NOW + 600, "values": {"n": n}}],
-                              [entry("ns", f"svc-{i}", "n") for i in resources])
+        return schedule_event(
+            name,
+            [{"start": NOW, "end": NOW + 600, "values": {"n": n}}],
+            [entry("ns", f"svc-{i}", "n") for i in resources],
+        )
 
     async def go() -> tuple:
         engine = await loaded_engine([metric("rps"), event("a", 1, range(0, 50)), event("b", 2, range(50, 100))])
@@ -138,6 +170,7 @@ def test_engine_snapshot_rebuilds_only_its_targets_and_serves_the_new_values() -
         values = [engine.query("rps", "ns", parse_selector(f"resource=svc-{i}"), NOW + 1) for i in (0, 49, 50, 99)]
         await engine.stop()
         return before, after, values
+
     before, after, values = run(go())
     assert [v.values[0].value for v in values] == [7.0, 7.0, 2.0, 2.0]  # type: ignore[union-attr]
     assert all(after.by_resource[f"svc-{i}"] is before.by_resource[f"svc-{i}"] for i in range(50, 100))
@@ -151,8 +184,11 @@ def test_a_burst_of_snapshots_is_published_in_pieces_and_ends_complete(monkeypat
     monkeypatch.setattr(publisher_module, "INLINE_TARGETS", 7)  # 3 events x 20 targets: 9 pieces
 
     def event(name: str, resources: range) -> dict:
-        return schedule_event(name, [{"start": NOW, "end": NOW + 600, "values": {"n": 1}}],
-                              [entry("ns", f"svc-{i}", "n") for i in resources])
+        return schedule_event(
+            name,
+            [{"start": NOW, "end": NOW + 600, "values": {"n": 1}}],
+            [entry("ns", f"svc-{i}", "n") for i in resources],
+        )
 
     async def go() -> tuple:
         engine = await loaded_engine([metric("rps"), *(event(f"e{k}", range(20 * k, 20 * k + 20)) for k in range(3))])
@@ -166,6 +202,7 @@ def test_a_burst_of_snapshots_is_published_in_pieces_and_ends_complete(monkeypat
         values = [engine.query("rps", "ns", parse_selector(f"resource=svc-{i}"), NOW + 1) for i in range(60)]
         await engine.stop()
         return len({id(p) for p in published}), values
+
     snapshots, values = run(go())
     assert snapshots > 3  # queries were answered from intermediate snapshots in between
     assert [v.values[0].value for v in values] == [10.0] * 20 + [11.0] * 20 + [12.0] * 20  # type: ignore[union-attr]

@@ -62,8 +62,10 @@ def test_wire_table_format_quantity(value: float, expected: str) -> None:
     assert parse_quantity(expected) == D(repr(value))
 
 
-@pytest.mark.parametrize(("value", "expected"), [(v, e) for v, e in WIRE_TABLE if abs(v) < MILLI_CLAMP
-                                                 and D(repr(v)) == D(repr(v)).quantize(D("0.001"))])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(v, e) for v, e in WIRE_TABLE if abs(v) < MILLI_CLAMP and D(repr(v)) == D(repr(v)).quantize(D("0.001"))],
+)
 def test_wire_table_format_milli(value: float, expected: str) -> None:
     # the rows that are whole milli values come out the same from the serving path
     assert format_milli(value) == expected
@@ -547,8 +549,7 @@ _CANONICAL_DECIMAL_SI = re.compile(r"-?(0|[1-9][0-9]*)(n|u|m|k|M|G|T|P|E|e[0-9]+
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.decimals(allow_nan=False, allow_infinity=False, min_value=D("-1e25"), max_value=D("1e25"),
-                   places=None))
+@given(st.decimals(allow_nan=False, allow_infinity=False, min_value=D("-1e25"), max_value=D("1e25"), places=None))
 def test_canonical_form_properties(value: Decimal) -> None:
     text = format_quantity(value)
     assert _CANONICAL_DECIMAL_SI.fullmatch(text), text

@@ -19,7 +19,9 @@ from tests.reference import reference_value
 
 contribution = st.builds(
     lambda start, length, value: Contribution(float(start), float(start + length), float(value)),
-    st.integers(0, 100), st.integers(1, 40), st.integers(-50, 200),
+    st.integers(0, 100),
+    st.integers(1, 40),
+    st.integers(-50, 200),
 )
 policy = st.builds(
     MetricPolicy,
@@ -74,18 +76,26 @@ def test_hold_time_and_clamp() -> None:
 def test_bulk_build_equals_single_key_builds() -> None:
     rng = np.random.default_rng(7)
     keys = [("rps", "ns", f"svc-{i}") for i in range(50)]
-    policies = [MetricPolicy(default_value=float(i % 3), merge_strategy=STRATEGIES[i % 4],
-                             lead_time=float(i % 5) * 10) for i in range(50)]
+    policies = [
+        MetricPolicy(default_value=float(i % 3), merge_strategy=STRATEGIES[i % 4], lead_time=float(i % 5) * 10)
+        for i in range(50)
+    ]
     n = 2000
-    arrays = ContributionArrays(rng.integers(0, 50, n), rng.integers(0, 1000, n).astype(float), np.zeros(n),
-                                rng.integers(-10, 100, n).astype(float))
+    arrays = ContributionArrays(
+        rng.integers(0, 50, n),
+        rng.integers(0, 1000, n).astype(float),
+        np.zeros(n),
+        rng.integers(-10, 100, n).astype(float),
+    )
     arrays.end = arrays.start + rng.integers(1, 100, n)
     bulk = build_timelines(keys, policies, arrays)
     probe = np.arange(-100.0, 1200.0, 3.0)
     for k, key in enumerate(keys):
         sel = arrays.key == k
-        single = build_timeline(policies[k], [Contribution(s, e, v) for s, e, v in
-                                              zip(arrays.start[sel], arrays.end[sel], arrays.value[sel])])
+        single = build_timeline(
+            policies[k],
+            [Contribution(s, e, v) for s, e, v in zip(arrays.start[sel], arrays.end[sel], arrays.value[sel])],
+        )
         np.testing.assert_allclose(bulk.values_at(key, probe), single.values_at(probe), atol=1e-9)
 
 
@@ -120,8 +130,9 @@ def test_parallel_build_equals_serial(monkeypatch) -> None:
     index = rng.integers(0, 2, len(keys))
     n = 5000
     start = rng.integers(0, 5000, n).astype(float)
-    arrays = ContributionArrays(rng.integers(0, len(keys), n), start, start + rng.integers(1, 300, n),
-                                rng.normal(50, 20, n))
+    arrays = ContributionArrays(
+        rng.integers(0, len(keys), n), start, start + rng.integers(1, 300, n), rng.normal(50, 20, n)
+    )
     serial = build_timelines(keys, table, arrays, policy_index=index, workers=1)
     parallel = build_timelines(keys, table, arrays, policy_index=index, workers=3)
     probe = np.arange(-100.0, 5500.0, 7.0)

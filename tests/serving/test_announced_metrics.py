@@ -13,22 +13,33 @@ NOW = 1_800_000_000.0
 
 
 def vme(name: str, kind_block: dict, expression: str = "audience") -> dict:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": name},
-            "spec": {"source": kind_block,
-                     "metrics": [{"name": "rps", "resource": {"namespace": "shop", "name": "web"},
-                                  "value": {"expression": expression}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": name},
+        "spec": {
+            "source": kind_block,
+            "metrics": [
+                {"name": "rps", "resource": {"namespace": "shop", "name": "web"}, "value": {"expression": expression}}
+            ],
+        },
+    }
 
 
 def engine_with_items() -> Engine:
     engine = Engine(start_sources=False)
     engine.table.apply(vme("launch", {"api": {"url": "http://announcer.example/items"}}))
-    engine.table.apply(vme("predicted", {"forecast": {"history": {"api": {"url": "http://history.example/h.csv"}}}},
-                       "forecast"))
-    engine.table.snapshot("launch", [
-        Item(start=NOW - 60, end=NOW + 600, values={"audience": 5.0}),
-        Item(start=NOW - 30, end=NOW + 60, values={"audience": 2.0, "vip": 1.0}),
-        Item(start=NOW + 3600, end=NOW + 7200, values={"audience": 100.0}),  # not yet: not counted
-    ])
+    engine.table.apply(
+        vme("predicted", {"forecast": {"history": {"api": {"url": "http://history.example/h.csv"}}}}, "forecast")
+    )
+    engine.table.snapshot(
+        "launch",
+        [
+            Item(start=NOW - 60, end=NOW + 600, values={"audience": 5.0}),
+            Item(start=NOW - 30, end=NOW + 60, values={"audience": 2.0, "vip": 1.0}),
+            Item(start=NOW + 3600, end=NOW + 7200, values={"audience": 100.0}),  # not yet: not counted
+        ],
+    )
     engine.table.snapshot("predicted", [Item(start=NOW - 60, end=NOW + 60, values={"forecast": 9.0})])
     return engine
 

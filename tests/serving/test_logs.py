@@ -61,8 +61,14 @@ def test_level_three_adds_our_debug_and_the_access_log_level_six_library_debug(r
 
 def test_one_namespace_and_access_fields(restore_logging: None) -> None:
     found = messages(6, restore_logging)
-    assert {m["logger"] for m in found} <= {"prescaler.engine", "prescaler.sources", "prescaler.http",
-                                            "prescaler.http.access", "httpx", "kubernetes.client.rest"}
+    assert {m["logger"] for m in found} <= {
+        "prescaler.engine",
+        "prescaler.sources",
+        "prescaler.http",
+        "prescaler.http.access",
+        "httpx",
+        "kubernetes.client.rest",
+    }
     access = next(m for m in found if m["logger"] == "prescaler.http.access")
     assert (access["method"], access["path"], access["status"]) == ("GET", "/healthz", 200)
     assert all({"ts", "level", "caller", "msg", "v"} <= set(m) for m in found)
@@ -88,8 +94,9 @@ def test_served_process_logs_json_only_including_the_access_log(tmp_path: Path) 
         except ValueError:
             pytest.fail(f"not a JSON log line: {line!r}")
     assert all(str(d["logger"]).startswith("prescaler") for d in docs), {d["logger"] for d in docs}
-    assert any(d["logger"] == "prescaler.http.access" and d.get("path") == "/healthz" and d.get("status") == 200
-               for d in docs), lines
+    assert any(
+        d["logger"] == "prescaler.http.access" and d.get("path") == "/healthz" and d.get("status") == 200 for d in docs
+    ), lines
 
 
 def test_served_process_at_v2_has_no_library_lines(tmp_path: Path) -> None:

@@ -21,8 +21,7 @@ def test_expression_failures_are_counted_per_event() -> None:
     before = sample("prescaler_expression_failures_total", event="divides")
 
     async def scenario() -> None:
-        engine = await loaded_engine([metric("rps"),
-                                      schedule_event("divides", [ITEM], [entry("ns", "web", "10 / n")])])
+        engine = await loaded_engine([metric("rps"), schedule_event("divides", [ITEM], [entry("ns", "web", "10 / n")])])
         await engine.stop()
 
     run(scenario())
@@ -34,9 +33,9 @@ def test_queries_per_metric_and_code_and_served_value() -> None:
     unknown_before = sample("prescaler_queries_total", metric=obs.UNKNOWN_METRIC, code="404")
 
     async def scenario() -> None:
-        engine = await loaded_engine([metric("rps"),
-                                      schedule_event("calendar", [{**ITEM, "values": {"n": 7}}],
-                                                     [entry("ns", "web", "n * 3")])])
+        engine = await loaded_engine(
+            [metric("rps"), schedule_event("calendar", [{**ITEM, "values": {"n": 7}}], [entry("ns", "web", "n * 3")])]
+        )
         async with client(engine) as c:
             assert (await c.get(f"{V1}/namespaces/ns/rps", params={"labelSelector": "resource=web"})).status_code == 200
             assert (await c.get(f"{V1}/namespaces/ns/no-such-metric-xyz")).status_code == 404

@@ -26,13 +26,22 @@ def test_selector_within_the_bounds_parses() -> None:
     assert len(selector.requirements[0].values) == MAX_VALUES
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("resource in (" + ",".join(f"s{i}" for i in range(MAX_VALUES + 1)) + ")", "values"),
-    (",".join(f"k{i}=v" for i in range(MAX_REQUIREMENTS + 1)), "requirements"),
-    ("a in (" + ",".join(f"v{i}" for i in range(MAX_VALUES // 2)) + "),b in ("
-     + ",".join(f"v{i}" for i in range(MAX_VALUES // 2 + 1)) + ")", "values in all"),
-    ("k=" + "v" * MAX_SELECTOR_LENGTH, "longer than"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("resource in (" + ",".join(f"s{i}" for i in range(MAX_VALUES + 1)) + ")", "values"),
+        (",".join(f"k{i}=v" for i in range(MAX_REQUIREMENTS + 1)), "requirements"),
+        (
+            "a in ("
+            + ",".join(f"v{i}" for i in range(MAX_VALUES // 2))
+            + "),b in ("
+            + ",".join(f"v{i}" for i in range(MAX_VALUES // 2 + 1))
+            + ")",
+            "values in all",
+        ),
+        ("k=" + "v" * MAX_SELECTOR_LENGTH, "longer than"),
+    ],
+)
 def test_oversized_selectors_are_refused(text: str, fragment: str) -> None:
     with pytest.raises(SelectorError, match=fragment):
         parse_selector(text)
@@ -93,18 +102,27 @@ def test_cache_total_is_kept_under_its_byte_bound(monkeypatch: pytest.MonkeyPatc
 # ---------------------------------------------------------------- hostile expressions in the engine
 
 
-@pytest.mark.parametrize("hostile", [
-    "round(x, 1/0)", "round(x, 10000000000)", "round(x, x * 1e18)",
-    " * ".join(["1000000000000000000"] * 18), "x ** 64 ** 64",
-])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "round(x, 1/0)",
+        "round(x, 10000000000)",
+        "round(x, x * 1e18)",
+        " * ".join(["1000000000000000000"] * 18),
+        "x ** 64 ** 64",
+    ],
+)
 def test_hostile_expression_drops_only_its_own_contribution(hostile: str) -> None:
-    docs = [metric("rps", defaultValue=1),
-            schedule_event("ev", [ITEM], [entry("ns", "bad", hostile), entry("ns", "good", "x * 2")])]
+    docs = [
+        metric("rps", defaultValue=1),
+        schedule_event("ev", [ITEM], [entry("ns", "bad", hostile), entry("ns", "good", "x * 2")]),
+    ]
 
     async def go() -> tuple[list[str], list[str]]:
         engine = await loaded_engine(docs)  # fetches once: used to raise out of the fetch
         app = PrescalerApp(engine)
         import httpx
+
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="https://p.test") as c:
             good = (await c.get(f"{V1}/namespaces/ns/rps?labelSelector=resource%3Dgood")).json()
             bad = (await c.get(f"{V1}/namespaces/ns/rps?labelSelector=resource%3Dbad")).json()

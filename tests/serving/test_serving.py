@@ -30,13 +30,15 @@ async def echo_tls_app(scope, receive, send):
         return
     tls = (scope.get("extensions") or {}).get("tls") or {}
     der = tls.get("client_cert_der")
-    body = json.dumps({
-        "subject": tls.get("client_cert_name"),
-        "chain_len": len(tls.get("client_cert_chain") or []),
-        "der_len": len(der) if der else 0,
-        "tls_version": tls.get("tls_version"),
-        "scheme": scope.get("scheme"),
-    }).encode()
+    body = json.dumps(
+        {
+            "subject": tls.get("client_cert_name"),
+            "chain_len": len(tls.get("client_cert_chain") or []),
+            "der_len": len(der) if der else 0,
+            "tls_version": tls.get("tls_version"),
+            "scheme": scope.get("scheme"),
+        }
+    ).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": body})
 
@@ -50,14 +52,17 @@ def _peer_cert(port: int, server_name: str = "localhost") -> x509.Certificate:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    with (socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
-          ctx.wrap_socket(raw, server_hostname=server_name) as tls):
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname=server_name) as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
 
 
 # ------------------------------------------------------------------------------------------ certs
+
 
 def test_self_signed_has_default_and_extra_sans():
     cert_pem, key_pem = certs.self_signed(["adapter.example", "10.0.0.7"])
@@ -111,6 +116,7 @@ def test_invalid_inputs_raise_clear_errors():
 
 # ------------------------------------------------------------------------------------------ server
 
+
 def test_self_signed_server_serves_https_and_passes_peer_cert(tmp_path):
     pki = TestPKI(tmp_path)
     opts = ServingOptions(bind_address="127.0.0.1", secure_port=0, log_level="warning", tls_sans=["prescaler.test"])
@@ -121,8 +127,13 @@ def test_self_signed_server_serves_https_and_passes_peer_cert(tmp_path):
         # No client certificate: TLS info present, no peer cert.
         r = httpx.get(f"https://localhost:{srv.port}/x", verify=ssl.create_default_context(cafile=str(trust)))
         assert r.status_code == 200
-        assert r.json() == {"subject": None, "chain_len": 0, "der_len": 0,
-                            "tls_version": r.json()["tls_version"], "scheme": "https"}
+        assert r.json() == {
+            "subject": None,
+            "chain_len": 0,
+            "der_len": 0,
+            "tls_version": r.json()["tls_version"],
+            "scheme": "https",
+        }
         assert r.json()["tls_version"] in (0x0303, 0x0304)
         # With a client certificate: subject and DER reach the app.
         ctx = pki.ssl_context(client=("alice", ["dev"]), trust=trust)
@@ -136,8 +147,13 @@ def test_self_signed_server_serves_https_and_passes_peer_cert(tmp_path):
 def test_client_cert_from_unknown_ca_still_completes_handshake(tmp_path):
     """Trust is decided by the authenticator (401), not by the TLS handshake."""
     pki = TestPKI(tmp_path)
-    opts = ServingOptions(bind_address="127.0.0.1", secure_port=0, log_level="warning",
-                          tls_cert_file=str(pki.serving_cert_file), tls_private_key_file=str(pki.serving_key_file))
+    opts = ServingOptions(
+        bind_address="127.0.0.1",
+        secure_port=0,
+        log_level="warning",
+        tls_cert_file=str(pki.serving_cert_file),
+        tls_private_key_file=str(pki.serving_key_file),
+    )
     with ServerThread(echo_tls_app, opts) as srv:
         r = httpx.get(f"https://127.0.0.1:{srv.port}/", verify=pki.ssl_context(client=("mallory", []), ca="evil"))
         assert r.status_code == 200
@@ -152,9 +168,14 @@ def _replace_file(path: Path, data: bytes) -> None:
 
 def test_serving_certificate_hot_reload_keeps_existing_connections(tmp_path):
     pki = TestPKI(tmp_path)
-    opts = ServingOptions(bind_address="127.0.0.1", secure_port=0, log_level="warning",
-                          tls_cert_file=str(pki.serving_cert_file), tls_private_key_file=str(pki.serving_key_file),
-                          reload_interval_seconds=0.05)
+    opts = ServingOptions(
+        bind_address="127.0.0.1",
+        secure_port=0,
+        log_level="warning",
+        tls_cert_file=str(pki.serving_cert_file),
+        tls_private_key_file=str(pki.serving_key_file),
+        reload_interval_seconds=0.05,
+    )
     with ServerThread(echo_tls_app, opts) as srv:
         first = _peer_cert(srv.port)
         assert "reloaded.example" not in _sans(first)[0]
@@ -184,9 +205,14 @@ def test_serving_certificate_hot_reload_keeps_existing_connections(tmp_path):
 
 def test_broken_rotation_keeps_previous_certificate(tmp_path):
     pki = TestPKI(tmp_path)
-    opts = ServingOptions(bind_address="127.0.0.1", secure_port=0, log_level="warning",
-                          tls_cert_file=str(pki.serving_cert_file), tls_private_key_file=str(pki.serving_key_file),
-                          reload_interval_seconds=3600)
+    opts = ServingOptions(
+        bind_address="127.0.0.1",
+        secure_port=0,
+        log_level="warning",
+        tls_cert_file=str(pki.serving_cert_file),
+        tls_private_key_file=str(pki.serving_key_file),
+        reload_interval_seconds=3600,
+    )
     with ServerThread(echo_tls_app, opts) as srv:
         before = _peer_cert(srv.port).serial_number
         other_cert, _other_key = pki.new_serving_cert(["other.example"])
@@ -206,15 +232,21 @@ def test_cert_without_key_flag_is_rejected():
 def test_serving_flags_parse():
     parser = argparse.ArgumentParser()
     add_serving_flags(parser)
-    args = parser.parse_args(["--secure-port", "8443", "--tls-san", "a.example", "--tls-san", "10.1.2.3",
-                              "--bind-address", "127.0.0.1"])
+    args = parser.parse_args(
+        ["--secure-port", "8443", "--tls-san", "a.example", "--tls-san", "10.1.2.3", "--bind-address", "127.0.0.1"]
+    )
     opts = serving_options_from_args(args, log_level="debug")
     assert (opts.secure_port, opts.bind_address, opts.tls_sans, opts.log_level) == (
-        8443, "127.0.0.1", ["a.example", "10.1.2.3"], "debug")
+        8443,
+        "127.0.0.1",
+        ["a.example", "10.1.2.3"],
+        "debug",
+    )
     assert parser.parse_args([]).secure_port == 6443
 
 
 # ------------------------------------------------------------------------------------------ certs CLI
+
 
 def _run_certs(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="prescaler")
@@ -230,8 +262,12 @@ def test_certs_cli_writes_ca_cert_and_apiservice(tmp_path, capsys):
     ca = x509.load_pem_x509_certificate(ca_pem)
     cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
     cert.verify_directly_issued_by(ca)
-    assert _sans(cert)[0] == {"prescaler", "prescaler.autoscaling", "prescaler.autoscaling.svc",
-                              "prescaler.autoscaling.svc.cluster.local"}
+    assert _sans(cert)[0] == {
+        "prescaler",
+        "prescaler.autoscaling",
+        "prescaler.autoscaling.svc",
+        "prescaler.autoscaling.svc.cluster.local",
+    }
     assert oct((out / "tls.key").stat().st_mode & 0o777) == "0o600"
 
     manifest = yaml.safe_load((out / "apiservice.yaml").read_text())
@@ -250,15 +286,24 @@ def test_certs_cli_output_is_what_the_aggregator_accepts(tmp_path):
     <svc>.<ns>.svc) must succeed."""
     out = tmp_path / "out"
     assert _run_certs(["certs", "--service", "prescaler", "--namespace", "ns1", "--out", str(out)]) == 0
-    opts = ServingOptions(bind_address="127.0.0.1", secure_port=0, log_level="warning",
-                          tls_cert_file=str(out / "tls.crt"), tls_private_key_file=str(out / "tls.key"))
+    opts = ServingOptions(
+        bind_address="127.0.0.1",
+        secure_port=0,
+        log_level="warning",
+        tls_cert_file=str(out / "tls.crt"),
+        tls_private_key_file=str(out / "tls.key"),
+    )
     with ServerThread(echo_tls_app, opts) as srv:
         ctx = ssl.create_default_context(cafile=str(out / "ca.crt"))
-        with (socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
-              ctx.wrap_socket(raw, server_hostname="prescaler.ns1.svc") as tls):
+        with (
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="prescaler.ns1.svc") as tls,
+        ):
             assert tls.version() in ("TLSv1.2", "TLSv1.3")
-        with (socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
-              pytest.raises(ssl.SSLCertVerificationError)):
+        with (
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
+            pytest.raises(ssl.SSLCertVerificationError),
+        ):
             ctx.wrap_socket(raw, server_hostname="localhost")
 
 
@@ -283,9 +328,15 @@ def test_fallback_mode_verifies_in_handshake_and_follows_ca_changes(tmp_path, mo
     monkeypatch.setattr(tlsctx, "_probe_result", False)
     pki = TestPKI(tmp_path)
     current = {"pem": pki.ca_pem("client")}
-    opts = ServingOptions(bind_address="127.0.0.1", secure_port=0, log_level="warning",
-                          tls_cert_file=str(pki.serving_cert_file), tls_private_key_file=str(pki.serving_key_file),
-                          client_ca_pems=lambda: current["pem"], reload_interval_seconds=3600)
+    opts = ServingOptions(
+        bind_address="127.0.0.1",
+        secure_port=0,
+        log_level="warning",
+        tls_cert_file=str(pki.serving_cert_file),
+        tls_private_key_file=str(pki.serving_key_file),
+        client_ca_pems=lambda: current["pem"],
+        reload_interval_seconds=3600,
+    )
     with ServerThread(echo_tls_app, opts) as srv:
         url = f"https://127.0.0.1:{srv.port}/"
         assert httpx.get(url, verify=pki.ssl_context(client=("ok", []))).json()["subject"] == "CN=ok"

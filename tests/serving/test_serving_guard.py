@@ -156,8 +156,13 @@ def test_a_client_that_stops_reading_the_answer_is_closed_after_the_write_timeou
     async def big_app(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
             return
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", str(len(chunk) * chunks).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", str(len(chunk) * chunks).encode())],
+            }
+        )
         for _ in range(chunks):  # waits for the transport to drain while the client does not read
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
@@ -190,8 +195,10 @@ def test_complete_requests_are_answered_on_a_kept_alive_connection(server: Serve
 
 
 def test_tcp_connection_without_a_tls_handshake_is_closed_after_the_handshake_timeout() -> None:
-    with ServerThread(ok_app, _options(handshake_timeout_seconds=0.5)) as srv, \
-            socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw:
+    with (
+        ServerThread(ok_app, _options(handshake_timeout_seconds=0.5)) as srv,
+        socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
+    ):
         assert _closed_within(raw, 10), "asyncio's default would hold it for 60 s"
 
 
@@ -244,13 +251,17 @@ def test_rate_limited_log_counts_what_it_left_out(records: _Records) -> None:
 # ------------------------------------------------------------------ malformed input
 
 
-@pytest.mark.parametrize("garbage", [
-    b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n",  # valid head, bad body
-    b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",
-    b"\x01\x02 garbage\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n",  # valid head, bad body
+        b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n",
+        b"\x01\x02 garbage\r\n\r\n",
+    ],
+)
 def test_malformed_requests_get_400_and_at_most_one_short_log_line(
-        server: ServerThread, records: _Records, garbage: bytes) -> None:
+    server: ServerThread, records: _Records, garbage: bytes
+) -> None:
     for _ in range(5):
         with _tls(server.port) as conn:
             conn.sendall(garbage)
@@ -269,15 +280,22 @@ def _rsa_cert(directory: Path) -> tuple[str, str]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = directory / "rsa.crt", directory / "rsa.key"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(cert_file), str(key_file)
 
 
@@ -297,8 +315,14 @@ def test_tls12_offers_only_ecdhe_aead_suites_with_an_rsa_certificate(tmp_path: P
     with ServerThread(ok_app, options) as srv:
         assert _handshake(srv.port, "ECDHE-RSA-AES128-GCM-SHA256") == "ECDHE-RSA-AES128-GCM-SHA256"
         assert _handshake(srv.port, "ECDHE-RSA-CHACHA20-POLY1305") == "ECDHE-RSA-CHACHA20-POLY1305"
-        for cbc_or_static in ("AES128-SHA256", "AES256-SHA256", "AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA256",
-                              "ECDHE-RSA-AES256-SHA384", "ECDHE-RSA-AES128-SHA"):
+        for cbc_or_static in (
+            "AES128-SHA256",
+            "AES256-SHA256",
+            "AES128-GCM-SHA256",
+            "ECDHE-RSA-AES128-SHA256",
+            "ECDHE-RSA-AES256-SHA384",
+            "ECDHE-RSA-AES128-SHA",
+        ):
             assert _handshake(srv.port, cbc_or_static) is None, cbc_or_static
 
 
@@ -325,9 +349,25 @@ def test_serve_on_port_zero_logs_and_writes_the_real_port(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(manifests), "--secure-port", "0",
-             "--bind-address", "127.0.0.1", "--write-kubeconfig", str(kubeconfig)],
-            cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "serve",
+                "--manifests",
+                str(manifests),
+                "--secure-port",
+                "0",
+                "--bind-address",
+                "127.0.0.1",
+                "--write-kubeconfig",
+                str(kubeconfig),
+            ],
+            cwd=ROOT,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         deadline = time.monotonic() + 60
         while not kubeconfig.exists() or "serving on" not in log_path.read_text():
@@ -355,8 +395,9 @@ def test_limits_come_from_the_serving_flags() -> None:
 
     parser = argparse.ArgumentParser()
     add_serving_flags(parser)
-    options = serving_options_from_args(parser.parse_args(["--max-connections", "50",
-                                                           "--request-header-timeout", "2.5"]))
+    options = serving_options_from_args(
+        parser.parse_args(["--max-connections", "50", "--request-header-timeout", "2.5"])
+    )
     assert options.limits.max_connections == 50 and options.limits.header_timeout_seconds == 2.5
     assert serving_options_from_args(parser.parse_args([])).limits == ConnectionLimits()
     for bad in (["--max-connections", "0"], ["--request-header-timeout", "0"]):

@@ -22,19 +22,37 @@ from tests.fakekube import FakeKube, ResourceType
 
 
 def hpa(behavior: dict | None = None, max_replicas: int = 40) -> dict:
-    spec = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-            "minReplicas": 1, "maxReplicas": max_replicas,
-            "metrics": [{"type": "External", "external": {
-                "metric": {"name": "rps", "selector": {"matchLabels": {"resource": "web"}}},
-                "target": {"type": "AverageValue", "averageValue": "10"}}}]}
+    spec = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "minReplicas": 1,
+        "maxReplicas": max_replicas,
+        "metrics": [
+            {
+                "type": "External",
+                "external": {
+                    "metric": {"name": "rps", "selector": {"matchLabels": {"resource": "web"}}},
+                    "target": {"type": "AverageValue", "averageValue": "10"},
+                },
+            }
+        ],
+    }
     if behavior is not None:
         spec["behavior"] = behavior
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "web", "namespace": "shop"}, "spec": spec}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": spec,
+    }
 
 
-ONE_POD_A_MINUTE = {"scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}}
+ONE_POD_A_MINUTE = {
+    "scaleUp": {
+        "stabilizationWindowSeconds": 0,
+        "selectPolicy": "Max",
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+    }
+}
 
 
 def test_default_policy_doubles_in_one_period_so_no_ramp():
@@ -62,12 +80,22 @@ def test_bounds_and_fallback():
 
 
 def scenario_doc(startup: object, behavior: dict) -> dict:
-    return {"hpa": hpa(behavior), "tick": "15s", "duration": "10m",
-            "workload": {"replicas": 2, "startupDelay": startup, "capacityPerPod": 10},
-            "metrics": {"rps": {"from": "prescaler"}},
-            "traffic": {"points": [[0, 10], [600, 10]]},
-            "manifests": [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
-                           "metadata": {"name": "rps"}, "spec": {"leadTime": "Auto"}}]}
+    return {
+        "hpa": hpa(behavior),
+        "tick": "15s",
+        "duration": "10m",
+        "workload": {"replicas": 2, "startupDelay": startup, "capacityPerPod": 10},
+        "metrics": {"rps": {"from": "prescaler"}},
+        "traffic": {"points": [[0, 10], [600, 10]]},
+        "manifests": [
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetric",
+                "metadata": {"name": "rps"},
+                "spec": {"leadTime": "Auto"},
+            }
+        ],
+    }
 
 
 def test_simulator_learns_start_up_delay_plus_ramp():
@@ -85,8 +113,14 @@ def test_simulator_estimate_converges_to_the_distribution_p90_plus_ramp():
 
 
 def test_virtual_metric_accepts_auto():
-    vm = parse_virtual_metric({"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric",
-                               "metadata": {"name": "rps"}, "spec": {"leadTime": "Auto"}})
+    vm = parse_virtual_metric(
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"leadTime": "Auto"},
+        }
+    )
     assert vm.lead_time_auto and vm.lead_time == FALLBACK_LEAD
 
 
@@ -113,24 +147,38 @@ def kube():
 
 
 def add_pod(fake: FakeKube, name: str, startup: float | None, labels: dict | None = None) -> None:
-    stored = fake.apply({"apiVersion": "v1", "kind": "Pod",
-                         "metadata": {"name": name, "namespace": "shop", "labels": labels or {"app": "web"}},
-                         "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    stored = fake.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "shop", "labels": labels or {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        }
+    )
     created = _ts(stored["metadata"]["creationTimestamp"])
     ready = "False" if startup is None else "True"
-    fake.set_status("Pod", name, {"conditions": [{"type": "Ready", "status": ready,
-                                                  "lastTransitionTime": _iso(created + (startup or 0))}]}, "shop")
+    fake.set_status(
+        "Pod",
+        name,
+        {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": _iso(created + (startup or 0))}]},
+        "shop",
+    )
 
 
 def test_cluster_lead_from_the_targets_pods_read_only(kube):
-    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}}})
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
     for i, startup in enumerate([60, 70, 80, 90, 100]):
         add_pod(kube, f"web-{i}", startup)
     add_pod(kube, "web-starting", None)  # not Ready yet: not measurable
     add_pod(kube, "other-0", 5, labels={"app": "other"})  # another workload's pod
-    estimate = measure_lead_time(kube.api_client(), "shop", {"kind": "Deployment", "name": "web"},
-                                 parse_hpa(hpa({})))
+    estimate = measure_lead_time(kube.api_client(), "shop", {"kind": "Deployment", "name": "web"}, parse_hpa(hpa({})))
     assert estimate.reason == "Measured"
     assert sorted(estimate.pods) == [f"web-{i}" for i in range(5)]
     assert estimate.startup == pytest.approx(96.0)  # p90 of 60..100
@@ -146,10 +194,15 @@ def test_cluster_missing_target_falls_back_and_says_why(kube):
 
 
 def test_pod_startups_skip_pods_without_ready_time():
-    pods = [{"metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
-             "status": {"conditions": [{"type": "Ready", "status": "True",
-                                        "lastTransitionTime": "2026-01-01T00:02:00Z"}]}},
-            {"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}]
+    pods = [
+        {
+            "metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:02:00Z"}]
+            },
+        },
+        {"metadata": {"name": "b", "creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {}},
+    ]
     assert pod_startups(pods) == [("a", 120.0)]
 
 
@@ -158,17 +211,34 @@ def test_auto_lead_times_per_virtual_metric_from_its_targets(kube):
     from adapter.sources.base import CommonSourceSettings
     from adapter.store.leadtime import AutoLeadTimes
 
-    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
     for i, startup in enumerate([100, 110, 120, 130]):
         add_pod(kube, f"web-{i}", startup)
-    auto = VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=FALLBACK_LEAD), lead_time_auto=True)
+    auto = VirtualMetric(
+        name="rps", metric_name="rps", policy=MetricPolicy(lead_time=FALLBACK_LEAD), lead_time_auto=True
+    )
     fixed = VirtualMetric(name="queue", metric_name="queue", policy=MetricPolicy(lead_time=60.0))
     source = SourceSpec(kind="api", config=None, common=CommonSourceSettings(), raw={})
-    events = [VirtualMetricEvent(name="launch", source=source, metrics=(
-        MetricEntry("rps", ResourceRef("shop", "web"), "audience"),
-        MetricEntry("rps", ResourceRef("shop", "missing"), "audience"),  # unmeasurable: the measured one decides
-        MetricEntry("queue", ResourceRef("shop", "web"), "audience")))]
+    events = [
+        VirtualMetricEvent(
+            name="launch",
+            source=source,
+            metrics=(
+                MetricEntry("rps", ResourceRef("shop", "web"), "audience"),
+                MetricEntry(
+                    "rps", ResourceRef("shop", "missing"), "audience"
+                ),  # unmeasurable: the measured one decides
+                MetricEntry("queue", ResourceRef("shop", "web"), "audience"),
+            ),
+        )
+    ]
     learner = AutoLeadTimes(kube.api_client())
     assert learner.refresh([auto, fixed], events) is True
     assert learner.lead_time(auto) == pytest.approx(127.0 + 15.0)  # p90 of 100..130
@@ -187,8 +257,14 @@ def test_engine_serves_auto_lead_and_shows_it_in_status(kube):
     from adapter.store.leadtime import AutoLeadTimes, learn_forever
     from tests.helpers import NOW, entry, loaded_engine, metric, schedule_event, settle
 
-    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
     for i, startup in enumerate([200, 210, 220, 230, 240]):
         add_pod(kube, f"web-{i}", startup)
     # A batch announced 280 s ahead: the 5-minute fallback lead serves it at NOW already, the learnt
@@ -237,8 +313,14 @@ def test_objects_that_arrive_after_start_up_are_measured_at_once(kube):
     from adapter.store.leadtime import AutoLeadTimes, learn_forever
     from tests.helpers import entry, loaded_engine, metric, schedule_event, settle
 
-    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
     for i, startup in enumerate([100, 110, 120]):
         add_pod(kube, f"web-{i}", startup)
 
@@ -266,10 +348,19 @@ def test_objects_that_arrive_after_start_up_are_measured_at_once(kube):
 def test_ramp_comes_from_the_hpa_that_scales_the_target(kube):
     from adapter.store.leadtime import AutoLeadTimes, hpa_reader
 
-    kube.register_type(ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True,
-                                    status_subresource=True))
-    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
-                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}}})
+    kube.register_type(
+        ResourceType(
+            "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, status_subresource=True
+        )
+    )
+    kube.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}},
+        }
+    )
     for i, startup in enumerate([100, 100, 100]):
         add_pod(kube, f"web-{i}", startup)
     kube.apply(hpa(ONE_POD_A_MINUTE))  # scales shop/web one pod a minute: 2 -> 4 takes a minute more
@@ -279,15 +370,18 @@ def test_ramp_comes_from_the_hpa_that_scales_the_target(kube):
     kube.apply(other)
     read = hpa_reader(kube.api_client())
     assert read("shop", "nobody") is None
-    assert measure_lead_time(kube.api_client(), "shop", {"kind": "Deployment", "name": "web"},
-                             read("shop", "web")).seconds == pytest.approx(100.0 + 15.0 + 60.0)
+    assert measure_lead_time(
+        kube.api_client(), "shop", {"kind": "Deployment", "name": "web"}, read("shop", "web")
+    ).seconds == pytest.approx(100.0 + 15.0 + 60.0)
     from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
     from adapter.sources.base import CommonSourceSettings
 
     vm = VirtualMetric(name="rps", metric_name="rps", policy=MetricPolicy(lead_time=FALLBACK_LEAD), lead_time_auto=True)
-    vme = VirtualMetricEvent(name="e", source=SourceSpec(kind="api", config=None, common=CommonSourceSettings(),
-                                                         raw={}),
-                             metrics=(MetricEntry("rps", ResourceRef("shop", "web"), "n"),))
+    vme = VirtualMetricEvent(
+        name="e",
+        source=SourceSpec(kind="api", config=None, common=CommonSourceSettings(), raw={}),
+        metrics=(MetricEntry("rps", ResourceRef("shop", "web"), "n"),),
+    )
     learner = AutoLeadTimes(kube.api_client(), hpa_for=read)
     learner.refresh([vm], [vme])
     assert learner.status(vm)["rampSeconds"] == 60.0

@@ -32,26 +32,40 @@ TOL = Tolerances(0.1, 0.1)
 
 
 def hpa_doc(metrics: list[dict[str, Any]], behavior: Any = None, min_r: int = 1, max_r: int = 50) -> dict[str, Any]:
-    spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                            "minReplicas": min_r, "maxReplicas": max_r, "metrics": metrics}
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "minReplicas": min_r,
+        "maxReplicas": max_r,
+        "metrics": metrics,
+    }
     if behavior is not None:
         spec["behavior"] = behavior
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "web", "namespace": "default"}, "spec": spec}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": spec,
+    }
 
 
 def external(name: str, target_type: str = "AverageValue", target: str = "10") -> dict[str, Any]:
     key = "averageValue" if target_type == "AverageValue" else "value"
-    return {"type": "External", "external": {"metric": {"name": name},
-                                             "target": {"type": target_type, key: target}}}
+    return {"type": "External", "external": {"metric": {"name": name}, "target": {"type": target_type, key: target}}}
 
 
-def run(doc: dict[str, Any], series: dict[str, list[float | None]], replicas: int = 2, delay: float = 0.0,
-        config: ControllerConfig | None = None) -> list[int]:
+def run(
+    doc: dict[str, Any],
+    series: dict[str, list[float | None]],
+    replicas: int = 2,
+    delay: float = 0.0,
+    config: ControllerConfig | None = None,
+) -> list[int]:
     hpa = parse_hpa(doc)
     n = len(next(iter(series.values())))
-    feeds = [ExternalFeed.from_values(m.name, np.array([math.nan if v is None else v for v in series[m.name]]))
-             for m in hpa.metrics]
+    feeds = [
+        ExternalFeed.from_values(m.name, np.array([math.nan if v is None else v for v in series[m.name]]))
+        for m in hpa.metrics
+    ]
     times = 15.0 * np.arange(n)
     result = simulate_hpa(hpa, times, feeds, replicas, StartupDelay(value=delay), config)
     return result.replicas.tolist()
@@ -163,6 +177,7 @@ def test_value_target_uses_spec_when_within_and_ready_otherwise() -> None:
 
 def test_value_target_without_pods_is_a_metric_error() -> None:
     from adapter.sim.controller import MetricError
+
     with pytest.raises(MetricError):
         external_value_replicas(200_000, 100_000, spec=5, ready=0, npods=0, tol=TOL)
 
@@ -252,8 +267,11 @@ def test_within_tolerance_metric_is_a_floor_for_the_max() -> None:
 
 def test_percent_scale_up_float_ceiling() -> None:
     # ceil(50 * 1.1) = 56 because 50*1.1 = 55.00000000000001
-    doc = hpa_doc([external("rps")], max_r=200,
-                  behavior={"scaleUp": {"policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}]}})
+    doc = hpa_doc(
+        [external("rps")],
+        max_r=200,
+        behavior={"scaleUp": {"policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}]}},
+    )
     assert run(doc, {"rps": [1000]}, replicas=50) == [56]
 
 
@@ -261,15 +279,29 @@ def test_percent_scale_down_truncates_and_counts_events_in_period() -> None:
     # int(90 * 0.7) = 62 (90*0.7 = 62.99999999999999). Period 60 s: at t=15..45 the t=0 event (-28)
     # is inside the period, so the start is 90 again and the limit 62 == cur; at t=60 its age is 60,
     # not < 60, so start = 62 and int(62*0.7) = 43.
-    doc = hpa_doc([external("rps")], max_r=100,
-                  behavior={"scaleDown": {"stabilizationWindowSeconds": 0,
-                                          "policies": [{"type": "Percent", "value": 30, "periodSeconds": 60}]}})
+    doc = hpa_doc(
+        [external("rps")],
+        max_r=100,
+        behavior={
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 30, "periodSeconds": 60}],
+            }
+        },
+    )
     assert run(doc, {"rps": [10] * 6}, replicas=90) == [62, 62, 62, 62, 43, 43]
 
 
 def test_pods_policy_with_period_and_select_min() -> None:
-    behavior = {"scaleUp": {"selectPolicy": "Min", "policies": [
-        {"type": "Pods", "value": 3, "periodSeconds": 30}, {"type": "Percent", "value": 100, "periodSeconds": 15}]}}
+    behavior = {
+        "scaleUp": {
+            "selectPolicy": "Min",
+            "policies": [
+                {"type": "Pods", "value": 3, "periodSeconds": 30},
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+            ],
+        }
+    }
     doc = hpa_doc([external("rps")], behavior=behavior)
     # t0: min(2+3, 4) = 4. t15: Pods period holds the +2: start 2 -> 5; Percent start 4 -> 8; min 5.
     # t30: the t0 event has age 30 (out); t15 event (+1) is in: start 4 -> 7; Percent 10; min 7.
@@ -313,14 +345,22 @@ def test_legacy_has_no_scale_down_rate_limit_and_respects_min() -> None:
 # ---------------------------------------------------------------- HPA manifest validation
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: d["spec"].pop("maxReplicas"), "hpa.spec.maxReplicas"),
-    (lambda d: d["spec"]["metrics"][0]["external"]["target"].update(averageValue="ten"),
-     "hpa.spec.metrics[0].external.target.averageValue"),
-    (lambda d: d["spec"]["metrics"][0].update(type="Resource"), "hpa.spec.metrics[0].type"),
-    (lambda d: d["spec"].update(behavior={"scaleUp": {"selectPolicy": "Fastest"}}), "hpa.spec.behavior.scaleUp.selectPolicy"),
-    (lambda d: d["spec"].update(minReplicas=60), "hpa.spec.minReplicas"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d["spec"].pop("maxReplicas"), "hpa.spec.maxReplicas"),
+        (
+            lambda d: d["spec"]["metrics"][0]["external"]["target"].update(averageValue="ten"),
+            "hpa.spec.metrics[0].external.target.averageValue",
+        ),
+        (lambda d: d["spec"]["metrics"][0].update(type="Resource"), "hpa.spec.metrics[0].type"),
+        (
+            lambda d: d["spec"].update(behavior={"scaleUp": {"selectPolicy": "Fastest"}}),
+            "hpa.spec.behavior.scaleUp.selectPolicy",
+        ),
+        (lambda d: d["spec"].update(minReplicas=60), "hpa.spec.minReplicas"),
+    ],
+)
 def test_bad_hpa_manifest_names_the_field(mutate: Any, field: str) -> None:
     doc = hpa_doc([external("rps")])
     mutate(doc)
@@ -333,6 +373,13 @@ def test_out_of_range_correction_is_a_scale_event_for_the_policies() -> None:
     # cur 60 > maxR 50 -> 50 at t0, recorded as a scale-down of 10. Pods policy -5 per 60 s: at t15
     # the period start is 50 + 10 = 60, limit 55 > cur, so it holds 50; at t60 the event has aged out
     # (60 is not < 60): limit 50 - 5 = 45.
-    doc = hpa_doc([external("rps")], behavior={"scaleDown": {
-        "stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 5, "periodSeconds": 60}]}})
+    doc = hpa_doc(
+        [external("rps")],
+        behavior={
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 5, "periodSeconds": 60}],
+            }
+        },
+    )
     assert run(doc, {"rps": [100] * 5}, replicas=60) == [50, 50, 50, 50, 45]

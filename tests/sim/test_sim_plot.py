@@ -45,8 +45,15 @@ def test_plot_names_runs_shades_unserved_and_puts_replicas_on_a_second_axis(tmp_
     drawn = plot_result(campaign_result(), png, PlotWindow(BURST - 1800, BURST + 1800), unit="requests/min")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     labels = set(drawn["labels"])
-    assert {"demand", "ready capacity, prescaled", "ready capacity, reactive", "ready capacity, oracle",
-            "replicas, prescaled", "replicas, reactive", "replicas, oracle"} <= labels
+    assert {
+        "demand",
+        "ready capacity, prescaled",
+        "ready capacity, reactive",
+        "ready capacity, oracle",
+        "replicas, prescaled",
+        "replicas, reactive",
+        "replicas, oracle",
+    } <= labels
     assert not any("scenario" in label for label in labels)
     # The reactive HPA is late for the burst: its unserved demand is shaded; prescaled is ready in time.
     assert "unserved demand, reactive" in labels and "unserved demand, prescaled" not in labels
@@ -61,21 +68,24 @@ def test_replay_without_traffic_plots_replicas_only(tmp_path: Path) -> None:
 
 def test_cli_zooms_with_from_and_duration_and_names_runs(tmp_path: Path) -> None:
     png = tmp_path / "out.png"
-    code, out, err = simulate("--scenario", str(CAMPAIGN), "--plot", str(png), "--from", "9h30m", "--duration",
-                              "1h", "--unit", "requests/min")
+    code, out, err = simulate(
+        "--scenario", str(CAMPAIGN), "--plot", str(png), "--from", "9h30m", "--duration", "1h", "--unit", "requests/min"
+    )
     assert code == 0, err
     assert png.exists()
     rows = {line.split()[0] for line in out.splitlines()[1:] if line.strip() and not line.startswith("note")}
     assert rows == {"prescaled", "reactive", "oracle"}
     # --for is the same flag under its other name.
-    code, _, err = simulate("--scenario", str(CAMPAIGN), "--plot", str(png), "--from", "1995-07-03T09:30:00Z",
-                            "--for", "1h")
+    code, _, err = simulate(
+        "--scenario", str(CAMPAIGN), "--plot", str(png), "--from", "1995-07-03T09:30:00Z", "--for", "1h"
+    )
     assert code == 0, err
 
 
 def test_cli_rejects_a_window_outside_the_run_and_zoom_without_plot(tmp_path: Path) -> None:
-    code, _, err = simulate("--scenario", str(REPLAY), "--plot", str(tmp_path / "x.png"), "--from", "1000000000",
-                            "--duration", "1h")
+    code, _, err = simulate(
+        "--scenario", str(REPLAY), "--plot", str(tmp_path / "x.png"), "--from", "1000000000", "--duration", "1h"
+    )
     assert code == 2 and "holds no tick" in err and "Traceback" not in err
     code, _, err = simulate("--scenario", str(REPLAY), "--from", "1h")
     assert code == 2 and "--plot" in err

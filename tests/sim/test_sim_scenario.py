@@ -38,25 +38,54 @@ MIN = 60
 
 
 def hpa(*metrics: tuple[str, str], min_r: int = 1, max_r: int = 40, behavior: Any = None) -> dict[str, Any]:
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "service-a", "namespace": "service-a"},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "service-a"},
-                     "minReplicas": min_r, "maxReplicas": max_r, "behavior": behavior or {},
-                     "metrics": [{"type": kind, (kind.lower()): {
-                         "metric": {"name": name, "selector": {"matchLabels": {"resource": "service-a"}}},
-                         "target": {"type": "AverageValue", "averageValue": "30"}}} for name, kind in metrics]}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "service-a", "namespace": "service-a"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "service-a"},
+            "minReplicas": min_r,
+            "maxReplicas": max_r,
+            "behavior": behavior or {},
+            "metrics": [
+                {
+                    "type": kind,
+                    (kind.lower()): {
+                        "metric": {"name": name, "selector": {"matchLabels": {"resource": "service-a"}}},
+                        "target": {"type": "AverageValue", "averageValue": "30"},
+                    },
+                }
+                for name, kind in metrics
+            ],
+        },
+    }
 
 
 def virtual_metric(lead: str = "0s", name: str = "campaign") -> dict[str, Any]:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": name},
-            "spec": {"defaultValue": 0, "mergeStrategy": "Sum", "leadTime": lead}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetric",
+        "metadata": {"name": name},
+        "spec": {"defaultValue": 0, "mergeStrategy": "Sum", "leadTime": lead},
+    }
 
 
 def event(source: dict[str, Any], expression: str = "n", name: str = "vme") -> dict[str, Any]:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": name},
-            "spec": {"source": source, "metrics": [{
-                "name": "campaign", "resource": {"name": "service-a", "namespace": "service-a"},
-                "value": {"expression": expression}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": name},
+        "spec": {
+            "source": source,
+            "metrics": [
+                {
+                    "name": "campaign",
+                    "resource": {"name": "service-a", "namespace": "service-a"},
+                    "value": {"expression": expression},
+                }
+            ],
+        },
+    }
 
 
 def burst_traffic(base: float = 30.0, burst: float = 600.0) -> list[list[float]]:
@@ -72,8 +101,12 @@ def campaign_scenario(lead: str = "6m") -> dict[str, Any]:
         "workload": {"replicas": 1, "startupDelay": "5m", "capacityPerPod": 30},
         "traffic": {"points": burst_traffic()},
         "metrics": {"rps-now": {"from": "traffic"}, "campaign": {"from": "prescaler"}},
-        "manifests": [virtual_metric(lead), event({"schedule": {"windows": [
-            {"cron": "0 1 * * *", "duration": "10m", "values": {"n": 600}}]}}, "n + 30")],
+        "manifests": [
+            virtual_metric(lead),
+            event(
+                {"schedule": {"windows": [{"cron": "0 1 * * *", "duration": "10m", "values": {"n": 600}}]}}, "n + 30"
+            ),
+        ],
         "baselines": {"leadTime": "5m"},
     }
 
@@ -116,17 +149,21 @@ def test_adapter_latency_delays_the_prescaler_value() -> None:
 
 
 def recorded_scenario(responses: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"hpa": hpa(("campaign", "External")), "tick": "15s", "start": MIDNIGHT, "duration": "40m",
-            "workload": {"replicas": 1},
-            "metrics": {"campaign": {"from": "prescaler"}},
-            "manifests": [virtual_metric(), event({"api": {"url": "https://stage.example/service-a/metrics"}})],
-            "recorded": {"vme": responses}}
+    return {
+        "hpa": hpa(("campaign", "External")),
+        "tick": "15s",
+        "start": MIDNIGHT,
+        "duration": "40m",
+        "workload": {"replicas": 1},
+        "metrics": {"campaign": {"from": "prescaler"}},
+        "manifests": [virtual_metric(), event({"api": {"url": "https://stage.example/service-a/metrics"}})],
+        "recorded": {"vme": responses},
+    }
 
 
 def test_api_recorded_latest_response_is_the_snapshot() -> None:
     item = {"start": MIDNIGHT + 20 * MIN, "end": MIDNIGHT + 30 * MIN, "values": {"n": 300}}
-    doc = recorded_scenario([{"at": "0s", "items": []}, {"at": "25m", "items": [item]},
-                             {"at": "27m", "items": []}])
+    doc = recorded_scenario([{"at": "0s", "items": []}, {"at": "25m", "items": [item]}, {"at": "27m", "items": []}])
     ticks = run_scenario(parse_scenario(doc)).to_json()["ticks"]
     value = {t["time"]: t["metrics"]["campaign"] for t in ticks}
     # known only from 25m (the window started at 20m), gone again when the 27m snapshot replaces it
@@ -178,9 +215,12 @@ def test_forecast_vme_feeds_the_timeline() -> None:
     trace = daily_trace()
     vm = VirtualMetric(name="campaign", metric_name="campaign", policy=MetricPolicy(lead_time=300.0))
     vme = VirtualMetricEvent(
-        name="fc", source=SourceSpec(kind="forecast", config=None, common=CommonSourceSettings(),
-                                     raw={"forecast": {"model": "seasonalNaive"}}),
-        metrics=(MetricEntry("campaign", ResourceRef("service-a", "service-a"), "forecast * 2"),))
+        name="fc",
+        source=SourceSpec(
+            kind="forecast", config=None, common=CommonSourceSettings(), raw={"forecast": {"model": "seasonalNaive"}}
+        ),
+        metrics=(MetricEntry("campaign", ResourceRef("service-a", "service-a"), "forecast * 2"),),
+    )
     model = PrescalerModel([vm], [vme], trace=trace, forecast=ForecastSettings(refit=1800.0))
     lo = MIDNIGHT + 2 * 86400
     times = lo + 15.0 * np.arange(240)
@@ -194,9 +234,15 @@ def test_forecast_vme_feeds_the_timeline() -> None:
 
 
 def test_pods_metric_from_traffic_divides_by_ready_pods() -> None:
-    doc = {"hpa": hpa(("rps", "Pods")), "tick": "15s", "workload": {"replicas": 2, "capacityPerPod": 30},
-           "traffic": {"points": [[0, 120], [60, 120]]}, "duration": "30s", "baselines": False,
-           "metrics": {"rps": {"from": "traffic"}}}
+    doc = {
+        "hpa": hpa(("rps", "Pods")),
+        "tick": "15s",
+        "workload": {"replicas": 2, "capacityPerPod": 30},
+        "traffic": {"points": [[0, 120], [60, 120]]},
+        "duration": "30s",
+        "baselines": False,
+        "metrics": {"rps": {"from": "traffic"}},
+    }
     ticks = run_scenario(parse_scenario(doc)).to_json()["ticks"]
     # each of 2 ready pods reports 60 against a target of 30: ratio 2 -> ceil(2 * 2) = 4
     assert ticks[0]["metrics"]["rps"] == 60 and ticks[0]["replicas"] == 4
@@ -234,8 +280,15 @@ def test_startup_delay_distributions_are_seeded() -> None:
 
 def test_summary_figures_on_a_hand_computed_run() -> None:
     # 4 ticks of 15 s: demand 10, 30, 30, 0; capacity 10 per pod; ready 1, 1, 3, 3; pods 3, 3, 3, 1
-    run = RunResult("x", np.arange(4) * 15.0, np.array([3, 3, 3, 1]), np.array([1, 1, 3, 3]),
-                    np.array([3, 3, 3, 1]), [None] * 4, ["held"] * 4)
+    run = RunResult(
+        "x",
+        np.arange(4) * 15.0,
+        np.array([3, 3, 3, 1]),
+        np.array([1, 1, 3, 3]),
+        np.array([3, 3, 3, 1]),
+        [None] * 4,
+        ["held"] * 4,
+    )
     demand = np.array([10.0, 30.0, 30.0, 0.0])
     s = summarize(run, demand, 10.0, 15.0, band=0.2, min_replicas=1)
     assert s.unserved_share == pytest.approx(20 / 70)  # only tick 1 misses 20 of 70
@@ -248,9 +301,21 @@ def test_summary_figures_on_a_hand_computed_run() -> None:
 # ---------------------------------------------------------------- quantities
 
 
-@pytest.mark.parametrize("text, value", [
-    ("10", "10"), ("500m", "0.5"), ("2k", "2000"), ("1.5Gi", str(Decimal(3 * 2**29))), ("1e3", "1000"),
-    ("+.5", "0.5"), ("1.", "1"), ("-1500u", "-0.0015"), (12.5, "12.5"), (3, "3")])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("10", "10"),
+        ("500m", "0.5"),
+        ("2k", "2000"),
+        ("1.5Gi", str(Decimal(3 * 2**29))),
+        ("1e3", "1000"),
+        ("+.5", "0.5"),
+        ("1.", "1"),
+        ("-1500u", "-0.0015"),
+        (12.5, "12.5"),
+        (3, "3"),
+    ],
+)
 def test_parse_quantity_is_exact(text: Any, value: str) -> None:
     assert parse_quantity(text) == Decimal(value)
 
@@ -297,8 +362,17 @@ def test_cli_writes_json_and_png_with_baselines(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert set(doc["baselines"]) == {"reactive", "oracle"}
     tick = doc["ticks"][0]
-    assert {"time", "timestamp", "demand", "replicas", "readyReplicas", "desiredReplicas", "served",
-            "unserved", "metrics"} <= set(tick)
+    assert {
+        "time",
+        "timestamp",
+        "demand",
+        "replicas",
+        "readyReplicas",
+        "desiredReplicas",
+        "served",
+        "unserved",
+        "metrics",
+    } <= set(tick)
     assert tick["timestamp"] == MIDNIGHT
     assert set(doc["summary"]) >= {"unservedShare", "podHours", "timeInBand"}
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -315,18 +389,21 @@ def test_example_campaign_scenario_runs(tmp_path: Path) -> None:
     assert summary["baselines"]["reactive"]["unservedShare"] > summary["summary"]["unservedShare"]
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: d["traffic"].update(interpolation="cubic"), "traffic.interpolation"),
-    (lambda d: d["traffic"].update(points=[[0, 1]]), "traffic.points"),
-    (lambda d: d["traffic"].update(points=[[10, 1], [5, 1]]), "traffic.points"),
-    (lambda d: d.update(traffic={"file": "missing.csv"}), "traffic.file"),
-    (lambda d: d.update(manifests=[]), "manifests"),
-    (lambda d: d["manifests"][1]["spec"]["metrics"][0]["value"].update(expression="n +* 2"), "manifests[1]"),
-    (lambda d: d["manifests"][0]["spec"].update(mergeStrategy="Median"), "manifests[0]"),
-    (lambda d: d["metrics"].update(campaign={"from": "oracle"}), "metrics.campaign.from"),
-    (lambda d: d["workload"].update(capacityPerPod=0), "workload.capacityPerPod"),
-    (lambda d: d.update(forecast={"refit": "10s"}), "forecast.refit"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d["traffic"].update(interpolation="cubic"), "traffic.interpolation"),
+        (lambda d: d["traffic"].update(points=[[0, 1]]), "traffic.points"),
+        (lambda d: d["traffic"].update(points=[[10, 1], [5, 1]]), "traffic.points"),
+        (lambda d: d.update(traffic={"file": "missing.csv"}), "traffic.file"),
+        (lambda d: d.update(manifests=[]), "manifests"),
+        (lambda d: d["manifests"][1]["spec"]["metrics"][0]["value"].update(expression="n +* 2"), "manifests[1]"),
+        (lambda d: d["manifests"][0]["spec"].update(mergeStrategy="Median"), "manifests[0]"),
+        (lambda d: d["metrics"].update(campaign={"from": "oracle"}), "metrics.campaign.from"),
+        (lambda d: d["workload"].update(capacityPerPod=0), "workload.capacityPerPod"),
+        (lambda d: d.update(forecast={"refit": "10s"}), "forecast.refit"),
+    ],
+)
 def test_bad_full_scenarios_exit_2_naming_the_field(tmp_path: Path, mutate: Any, field: str) -> None:
     doc = campaign_scenario()
     mutate(doc)
@@ -338,15 +415,23 @@ def test_bad_full_scenarios_exit_2_naming_the_field(tmp_path: Path, mutate: Any,
 def test_forecast_vme_manifest_in_a_scenario() -> None:
     trace = daily_trace()
     lo = MIDNIGHT + 2 * 86400
-    history = {"prometheus": {"url": "http://127.0.0.1:9090", "query": "sum(rate(x[5m]))", "step": "5m",
-                              "length": "48h"}}
-    doc = {"hpa": hpa(("campaign", "External")), "tick": "15s", "start": lo, "duration": "1h",
-           "workload": {"replicas": 1, "capacityPerPod": 30},
-           "traffic": {"points": np.column_stack([trace.timestamps, trace.values]).tolist()},
-           "metrics": {"campaign": {"from": "prescaler"}},
-           "forecast": {"refit": "30m"},
-           "manifests": [virtual_metric("5m"), event({"forecast": {"history": history, "model": "seasonalNaive",
-                                                                  "horizon": "1h"}}, "forecast")]}
+    history = {
+        "prometheus": {"url": "http://127.0.0.1:9090", "query": "sum(rate(x[5m]))", "step": "5m", "length": "48h"}
+    }
+    doc = {
+        "hpa": hpa(("campaign", "External")),
+        "tick": "15s",
+        "start": lo,
+        "duration": "1h",
+        "workload": {"replicas": 1, "capacityPerPod": 30},
+        "traffic": {"points": np.column_stack([trace.timestamps, trace.values]).tolist()},
+        "metrics": {"campaign": {"from": "prescaler"}},
+        "forecast": {"refit": "30m"},
+        "manifests": [
+            virtual_metric("5m"),
+            event({"forecast": {"history": history, "model": "seasonalNaive", "horizon": "1h"}}, "forecast"),
+        ],
+    }
     result = run_scenario(parse_scenario(doc))
     values = [t["metrics"]["campaign"] for t in result.to_json()["ticks"]]
     times = lo + 15.0 * np.arange(len(values))

@@ -33,19 +33,35 @@ def file_kind(monkeypatch):
 
 
 def event(source: dict) -> dict:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "from-file"},
-            "spec": {"source": source, "metrics": [{"name": "rps", "resource": {"namespace": "ns", "name": "web"},
-                                                    "value": {"expression": "n * 2"}}]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "from-file"},
+        "spec": {
+            "source": source,
+            "metrics": [
+                {"name": "rps", "resource": {"namespace": "ns", "name": "web"}, "value": {"expression": "n * 2"}}
+            ],
+        },
+    }
 
 
 def test_the_guide_example_is_a_working_kind(file_kind, tmp_path):
     items = tmp_path / "items.json"
-    items.write_text(json.dumps({"items": [
-        {"start": 1_700_000_000, "end": 1_700_000_060, "values": {"n": 1}, "id": "a"},
-        {"start": 1_700_000_000, "end": 1_700_000_060, "values": {"n": 5}, "id": "a"},
-        {"start": "soon", "end": 1_700_000_060, "values": {"n": 1}}]}))
-    vme = parse_virtual_metric_event(event({"file": {"path": str(items)}, "interval": "10s"}),
-                                     registry.config_parsers())
+    items.write_text(
+        json.dumps(
+            {
+                "items": [
+                    {"start": 1_700_000_000, "end": 1_700_000_060, "values": {"n": 1}, "id": "a"},
+                    {"start": 1_700_000_000, "end": 1_700_000_060, "values": {"n": 5}, "id": "a"},
+                    {"start": "soon", "end": 1_700_000_060, "values": {"n": 1}},
+                ]
+            }
+        )
+    )
+    vme = parse_virtual_metric_event(
+        event({"file": {"path": str(items)}, "interval": "10s"}), registry.config_parsers()
+    )
     assert vme.source.kind == "file" and vme.source.common.interval == 10.0
     source = registry.create_source("file", vme.source.config, vme.source.common, SourceContext())
     assert isinstance(source, file_kind)

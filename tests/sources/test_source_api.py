@@ -48,10 +48,16 @@ def serve_json(server, path: str, document) -> str:
 
 
 def test_seed_document_round_trip(server):
-    url = serve_json(server, "/metrics", {"items": [
-        {"start": T0, "end": T0 + 60, "values": {"scheduledMessage": 50}},
-        {"start": T0 + 60, "end": T0 + 120, "values": {"scheduledMessage": 7.5}, "id": "b2"},
-    ]})
+    url = serve_json(
+        server,
+        "/metrics",
+        {
+            "items": [
+                {"start": T0, "end": T0 + 60, "values": {"scheduledMessage": 50}},
+                {"start": T0 + 60, "end": T0 + 120, "values": {"scheduledMessage": 7.5}, "id": "b2"},
+            ]
+        },
+    )
     items = fetch(make_source({"url": url}))
     assert [(i.start, i.end, dict(i.values), i.id) for i in items] == [
         (T0, T0 + 60, {"scheduledMessage": 50.0}, None),
@@ -60,11 +66,17 @@ def test_seed_document_round_trip(server):
 
 
 def test_duplicate_ids_count_once_last_wins(server):
-    url = serve_json(server, "/m", {"items": [
-        {"start": T0, "end": T0 + 60, "values": {"n": 1}, "id": "batch-1"},
-        {"start": T0, "end": T0 + 60, "values": {"n": 2}, "id": "batch-1"},
-        {"start": T0, "end": T0 + 60, "values": {"n": 3}, "id": 7},
-    ]})
+    url = serve_json(
+        server,
+        "/m",
+        {
+            "items": [
+                {"start": T0, "end": T0 + 60, "values": {"n": 1}, "id": "batch-1"},
+                {"start": T0, "end": T0 + 60, "values": {"n": 2}, "id": "batch-1"},
+                {"start": T0, "end": T0 + 60, "values": {"n": 3}, "id": 7},
+            ]
+        },
+    )
     # The runner dedupes every snapshot once, whatever the kind.
     snapshots: list = []
 
@@ -82,21 +94,36 @@ def test_duplicate_ids_count_once_last_wins(server):
 def test_secret_header_is_sent(server):
     url = serve_json(server, "/auth", {"items": []})
     context = SourceContext(secrets=lambda ns, name, key: {"api/token/value": "abc123"}[f"{ns}/{name}/{key}"])
-    source = make_source({"url": url, "headers": [
-        {"name": "Authorization", "valueFrom": {"secretKeyRef": {"namespace": "api", "name": "token", "key": "value"}}},
-    ]}, context)
+    source = make_source(
+        {
+            "url": url,
+            "headers": [
+                {
+                    "name": "Authorization",
+                    "valueFrom": {"secretKeyRef": {"namespace": "api", "name": "token", "key": "value"}},
+                },
+            ],
+        },
+        context,
+    )
     assert fetch(source) == []
     assert server.requests[-1]["headers"]["Authorization"] == "abc123"
 
 
 def test_invalid_items_are_skipped_and_reported(server):
-    url = serve_json(server, "/mixed", {"items": [
-        {"start": T0, "end": T0 + 60, "values": {"n": 1}},
-        {"start": T0 + 60, "end": T0, "values": {"n": 1}},           # start >= end
-        {"start": "soon", "end": T0 + 60, "values": {"n": 1}},       # wrong type
-        {"start": T0, "end": T0 + 60, "values": {"n": 1e300}},       # huge
-        "not an object",
-    ]})
+    url = serve_json(
+        server,
+        "/mixed",
+        {
+            "items": [
+                {"start": T0, "end": T0 + 60, "values": {"n": 1}},
+                {"start": T0 + 60, "end": T0, "values": {"n": 1}},  # start >= end
+                {"start": "soon", "end": T0 + 60, "values": {"n": 1}},  # wrong type
+                {"start": T0, "end": T0 + 60, "values": {"n": 1e300}},  # huge
+                "not an object",
+            ]
+        },
+    )
     source = make_source({"url": url})
     result = fetch_result(source)
     items = result.items
@@ -109,8 +136,10 @@ def test_invalid_items_are_skipped_and_reported(server):
 
 def test_nan_literal_in_values_is_rejected_per_item():
     window = f'"start": {T0}, "end": {T0 + 1}'
-    body = (f'{{"items": [{{{window}, "values": {{"n": NaN}}}}, {{{window}, "values": {{"n": Infinity}}}},'
-            f' {{{window}, "values": {{"n": 2}}}}]}}').encode()
+    body = (
+        f'{{"items": [{{{window}, "values": {{"n": NaN}}}}, {{{window}, "values": {{"n": Infinity}}}},'
+        f' {{{window}, "values": {{"n": 2}}}}]}}'
+    ).encode()
     result = parse_items_document(body, "u")
     assert [i.values["n"] for i in result.items] == [2.0]
     assert len(result.warnings) == 2 and all("not a finite number" in w for w in result.warnings)
@@ -126,14 +155,17 @@ def test_huge_integer_literal_is_an_item_error_not_a_crash():
     assert "outside" in parse_items_document(forty_digits, "u").warnings[0]
 
 
-@pytest.mark.parametrize("body,message", [
-    (b"<html>oops</html>", r"not JSON .*starts with '<html>oops</html>'"),
-    (b"[1, 2]", r"expected a JSON object with an \"items\" list, got array"),
-    (b'{"data": []}', r"no \"items\" key"),
-    (b'{"items": {"a": 1}}', r"\"items\" must be a list, got object"),
-    (b"\xff\xfe\x00", r"not UTF-8"),
-    (b"[" * 100000 + b"]" * 100000, r"nested too deeply|not JSON"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b"<html>oops</html>", r"not JSON .*starts with '<html>oops</html>'"),
+        (b"[1, 2]", r"expected a JSON object with an \"items\" list, got array"),
+        (b'{"data": []}', r"no \"items\" key"),
+        (b'{"items": {"a": 1}}', r"\"items\" must be a list, got object"),
+        (b"\xff\xfe\x00", r"not UTF-8"),
+        (b"[" * 100000 + b"]" * 100000, r"nested too deeply|not JSON"),
+    ],
+)
 def test_documents_that_are_not_the_format_fail_the_fetch(body, message):
     with pytest.raises(SourceError, match=message):
         parse_items_document(body, "http://x/m")

@@ -37,8 +37,9 @@ def server():
 
 
 def forecast(block: dict, now: float = NOW):
-    source = ForecastSource(ForecastSource.parse_config(block, PATH), CommonSourceSettings(interval=300, timeout=5),
-                            SourceContext())
+    source = ForecastSource(
+        ForecastSource.parse_config(block, PATH), CommonSourceSettings(interval=300, timeout=5), SourceContext()
+    )
 
     async def go():
         try:
@@ -69,8 +70,11 @@ def test_json_history_with_labels_and_gaps(server):
     rows = [[t, None if math.isnan(v) else v] for t, v in zip(times.tolist(), values.tolist())]
     rows = [r for i, r in enumerate(rows) if i % 7 != 3]  # and some missing rows
     # JSON null marks a missing value; missing rows are simply absent.
-    server.routes["/h"] = (200, "application/json",
-                           json.dumps({"history": rows, "labels": {"service": "service-a"}}).encode())
+    server.routes["/h"] = (
+        200,
+        "application/json",
+        json.dumps({"history": rows, "labels": {"service": "service-a"}}).encode(),
+    )
     items, _ = forecast({"history": {"api": {"url": server.base_url + "/h", "step": "5m"}}, "horizon": "30m"})
     assert len(items) == 6 and all(i.labels == {"service": "service-a"} for i in items)
     assert all(0 < i.values["forecast"] < 30 for i in items)
@@ -91,14 +95,17 @@ def test_output_step_coarser_than_history_aggregates(server):
     assert len(items) == 4 and all(i.end - i.start == 1800 for i in items[1:])
 
 
-@pytest.mark.parametrize("body,message", [
-    (b"<html>", r"not JSON or `timestamp,value` CSV: line 1: expected 2 columns"),
-    (b'{"history": [[1, true]]}', r"number pairs"),
-    (b'{"history": "yesterday"}', r"expected JSON \{\"history\""),
-    (b'{"history": [[1, 2, 3]]}', r"\[timestamp, value\] pairs"),
-    (b'{"history": [[1, "x"]]}', r"number pairs"),
-    (b"timestamp,value\n1700000000,1\nnot,a,row\n", r"line 3: timestamp 'not' is neither"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b"<html>", r"not JSON or `timestamp,value` CSV: line 1: expected 2 columns"),
+        (b'{"history": [[1, true]]}', r"number pairs"),
+        (b'{"history": "yesterday"}', r"expected JSON \{\"history\""),
+        (b'{"history": [[1, 2, 3]]}', r"\[timestamp, value\] pairs"),
+        (b'{"history": [[1, "x"]]}', r"number pairs"),
+        (b"timestamp,value\n1700000000,1\nnot,a,row\n", r"line 3: timestamp 'not' is neither"),
+    ],
+)
 def test_junk_history_documents(server, body, message):
     server.routes["/h"] = (200, "text/plain", body)
     with pytest.raises(SourceError, match=message):
@@ -107,8 +114,11 @@ def test_junk_history_documents(server, body, message):
 
 def test_millisecond_timestamps_are_reported(server):
     times, values = sine_history(days=1)
-    server.routes["/h"] = (200, "application/json",
-                           json.dumps({"history": np.c_[times * 1000, values].tolist()}).encode())
+    server.routes["/h"] = (
+        200,
+        "application/json",
+        json.dumps({"history": np.c_[times * 1000, values].tolist()}).encode(),
+    )
     with pytest.raises(SourceError, match=r"milliseconds instead of seconds"):
         forecast({"history": {"api": {"url": server.base_url + "/h"}}})
 
@@ -140,25 +150,43 @@ def test_long_durations():
         parse_long_duration("14 days")
 
 
-@pytest.mark.parametrize("block,path,message", [
-    ({}, f"{PATH}.history", "required"),
-    ({"history": {}}, f"{PATH}.history", "exactly one of prometheus or api"),
-    ({"history": {"api": {"url": "http://h/"}, "prometheus": {"url": "http://p", "query": "up"}}},
-     f"{PATH}.history", "exactly one"),
-    ({"history": {"prometheus": {"url": "http://p"}}}, f"{PATH}.history.prometheus.query", "required"),
-    ({"history": {"prometheus": {"url": "http://p", "query": "up", "length": "2 weeks"}}},
-     f"{PATH}.history.prometheus.length", "invalid duration"),
-    ({"history": {"prometheus": {"url": "http://p", "query": "up", "step": "1m", "length": "2m"}}},
-     f"{PATH}.history.prometheus.length", "at least 3 steps"),
-    ({"history": {"prometheus": {"url": "http://p", "query": "up", "step": "5m"}}, "step": "1m"},
-     f"{PATH}.step", "must not be shorter than the history step"),
-    ({"history": {"api": {"url": "http://h/"}}, "model": "prophet"}, f"{PATH}.model", "is not one of"),
-    ({"history": {"api": {"url": "http://h/"}}, "quantile": 1.5}, f"{PATH}.quantile", "between 0.5 and 1"),
-    ({"history": {"api": {"url": "http://h/"}}, "horizon": "60d"}, f"{PATH}.horizon", "must be between"),
-    ({"history": {"api": {"url": "http://h/", "query": "up"}}}, f"{PATH}.history.api.query", "unknown field"),
-    ({"history": {"prometheus": {"url": "http://p", "query": "up", "step": "1s", "length": "30d"}}},
-     f"{PATH}.history.prometheus.length", "more than 200000 points"),
-])
+@pytest.mark.parametrize(
+    "block,path,message",
+    [
+        ({}, f"{PATH}.history", "required"),
+        ({"history": {}}, f"{PATH}.history", "exactly one of prometheus or api"),
+        (
+            {"history": {"api": {"url": "http://h/"}, "prometheus": {"url": "http://p", "query": "up"}}},
+            f"{PATH}.history",
+            "exactly one",
+        ),
+        ({"history": {"prometheus": {"url": "http://p"}}}, f"{PATH}.history.prometheus.query", "required"),
+        (
+            {"history": {"prometheus": {"url": "http://p", "query": "up", "length": "2 weeks"}}},
+            f"{PATH}.history.prometheus.length",
+            "invalid duration",
+        ),
+        (
+            {"history": {"prometheus": {"url": "http://p", "query": "up", "step": "1m", "length": "2m"}}},
+            f"{PATH}.history.prometheus.length",
+            "at least 3 steps",
+        ),
+        (
+            {"history": {"prometheus": {"url": "http://p", "query": "up", "step": "5m"}}, "step": "1m"},
+            f"{PATH}.step",
+            "must not be shorter than the history step",
+        ),
+        ({"history": {"api": {"url": "http://h/"}}, "model": "prophet"}, f"{PATH}.model", "is not one of"),
+        ({"history": {"api": {"url": "http://h/"}}, "quantile": 1.5}, f"{PATH}.quantile", "between 0.5 and 1"),
+        ({"history": {"api": {"url": "http://h/"}}, "horizon": "60d"}, f"{PATH}.horizon", "must be between"),
+        ({"history": {"api": {"url": "http://h/", "query": "up"}}}, f"{PATH}.history.api.query", "unknown field"),
+        (
+            {"history": {"prometheus": {"url": "http://p", "query": "up", "step": "1s", "length": "30d"}}},
+            f"{PATH}.history.prometheus.length",
+            "more than 200000 points",
+        ),
+    ],
+)
 def test_config_errors(block, path, message):
     with pytest.raises(ValidationError) as info:
         ForecastSource.parse_config(block, PATH)
@@ -166,20 +194,29 @@ def test_config_errors(block, path, message):
 
 
 def test_config_defaults():
-    config = ForecastSource.parse_config({"history": {"prometheus": {"url": "http://p:9090", "query": "up",
-                                                                     "length": "14d"}}}, PATH)
-    assert (config.model, config.horizon, config.step, config.quantile, config.season) == ("auto", 7200.0, None, 0.9, None)
+    config = ForecastSource.parse_config(
+        {"history": {"prometheus": {"url": "http://p:9090", "query": "up", "length": "14d"}}}, PATH
+    )
+    assert (config.model, config.horizon, config.step, config.quantile, config.season) == (
+        "auto",
+        7200.0,
+        None,
+        0.9,
+        None,
+    )
     assert config.history.length == 14 * 86400 and config.history.step == 300
     assert ForecastSource.default_interval == 300.0
 
 
 def test_one_bad_series_does_not_sink_the_others():
-    source = ForecastSource(ForecastSource.parse_config({"history": {"api": {"url": "http://h/"}}, "horizon": "15m"},
-                                                        PATH), CommonSourceSettings(interval=300), SourceContext())
+    source = ForecastSource(
+        ForecastSource.parse_config({"history": {"api": {"url": "http://h/"}}, "horizon": "15m"}, PATH),
+        CommonSourceSettings(interval=300),
+        SourceContext(),
+    )
     times, values = sine_history(days=3)
     flat = np.full_like(values, 7.0)
-    series = [({"s": "good"}, times, values), ({"s": "short"}, times[-2:], values[-2:]),
-              ({"s": "flat"}, times, flat)]
+    series = [({"s": "good"}, times, values), ({"s": "short"}, times[-2:], values[-2:]), ({"s": "flat"}, times, flat)]
     from adapter.forecast import fit_predict_many
 
     calls = []
@@ -201,8 +238,9 @@ def test_one_bad_series_does_not_sink_the_others():
 
 
 def test_fetch_deadline_leaves_room_for_the_fit():
-    config = ForecastSource.parse_config({"history": {"prometheus": {"url": "http://p", "query": "up",
-                                                                     "step": "15s", "length": "7d"}}}, PATH)
+    config = ForecastSource.parse_config(
+        {"history": {"prometheus": {"url": "http://p", "query": "up", "step": "15s", "length": "7d"}}}, PATH
+    )
     source = ForecastSource(config, CommonSourceSettings(interval=300, timeout=5), SourceContext())
     # 7d at 15s = 40,320 points: five range requests of at most 10,000 points, plus the fit budget.
     assert source.fetch_deadline() == 5 * 5 + 300
@@ -226,8 +264,11 @@ def test_fit_runs_off_the_event_loop(server, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(adapter.sources.forecast, "fit_predict_many", slow_fit)
-    source = ForecastSource(ForecastSource.parse_config({"history": {"api": {"url": server.base_url + "/h"}}}, PATH),
-                            CommonSourceSettings(interval=300, timeout=5), SourceContext())
+    source = ForecastSource(
+        ForecastSource.parse_config({"history": {"api": {"url": server.base_url + "/h"}}}, PATH),
+        CommonSourceSettings(interval=300, timeout=5),
+        SourceContext(),
+    )
 
     async def go():
         async def releaser():

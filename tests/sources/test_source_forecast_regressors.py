@@ -37,7 +37,7 @@ def publish(server) -> None:
     load = 100 + 50 * np.sin(2 * math.pi * times / 86400) + rng.normal(0, 2, len(times))
     announced = np.zeros(len(times))
     for s in rng.choice(len(times) - 20, 30, replace=False):
-        announced[s:s + 6] = rng.integers(1, 10)
+        announced[s : s + 6] = rng.integers(1, 10)
     load += announced * BETA * (1 + rng.normal(0, 0.2, len(times)))
     server.routes["/load.csv"] = (200, "text/csv", csv(times, load))
     server.routes["/announced.csv"] = (200, "text/csv", csv(times, announced))
@@ -46,15 +46,23 @@ def publish(server) -> None:
 
 
 def block(server) -> dict:
-    return {"history": {"api": {"url": server.base_url + "/load.csv"}}, "horizon": "90m",
-            "regressors": [{"name": "audience",
-                            "history": {"api": {"url": server.base_url + "/announced.csv"}},
-                            "future": {"api": {"url": server.base_url + "/items"}}}]}
+    return {
+        "history": {"api": {"url": server.base_url + "/load.csv"}},
+        "horizon": "90m",
+        "regressors": [
+            {
+                "name": "audience",
+                "history": {"api": {"url": server.base_url + "/announced.csv"}},
+                "future": {"api": {"url": server.base_url + "/items"}},
+            }
+        ],
+    }
 
 
 def fetch(config_block: dict):
-    source = ForecastSource(ForecastSource.parse_config(config_block, PATH),
-                            CommonSourceSettings(interval=300, timeout=5), SourceContext())
+    source = ForecastSource(
+        ForecastSource.parse_config(config_block, PATH), CommonSourceSettings(interval=300, timeout=5), SourceContext()
+    )
 
     async def go():
         try:
@@ -81,13 +89,19 @@ def test_announced_event_lifts_the_forecast_by_the_learnt_effect(server):
     assert ForecastSource.value_names(source.config) >= {"baseline", "events"}
 
 
-@pytest.mark.parametrize("regressors, path, message", [
-    ([], "regressors", "non-empty"),
-    ([{"name": "a b", "history": {}, "future": {}}], "regressors[0].name", "name"),
-    ([{"name": "a", "future": {"api": {"url": "http://x/"}}}], "regressors[0].history", "required"),
-    ([{"name": "a", "history": {"api": {"url": "http://x/"}}, "future": {"prometheus": {}}}],
-     "regressors[0].future", "exactly one of api, schedule"),
-])
+@pytest.mark.parametrize(
+    "regressors, path, message",
+    [
+        ([], "regressors", "non-empty"),
+        ([{"name": "a b", "history": {}, "future": {}}], "regressors[0].name", "name"),
+        ([{"name": "a", "future": {"api": {"url": "http://x/"}}}], "regressors[0].history", "required"),
+        (
+            [{"name": "a", "history": {"api": {"url": "http://x/"}}, "future": {"prometheus": {}}}],
+            "regressors[0].future",
+            "exactly one of api, schedule",
+        ),
+    ],
+)
 def test_regressor_config_errors_name_the_field(regressors, path, message):
     spec = {"history": {"api": {"url": "http://x/h.csv"}}, "regressors": regressors}
     with pytest.raises(ValidationError) as err:
@@ -104,10 +118,21 @@ def test_fitted_coefficients_in_the_event_status_fit_the_crd(server):
     from tests.helpers import event_status, fetch_all, loaded_engine, metric
 
     publish(server)
-    doc = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "fc"},
-           "spec": {"source": {"forecast": block(server)},
-                    "metrics": [{"name": "rps", "resource": {"namespace": "shop", "name": "web"},
-                                 "value": {"expression": "baseline + events"}}]}}
+    doc = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "fc"},
+        "spec": {
+            "source": {"forecast": block(server)},
+            "metrics": [
+                {
+                    "name": "rps",
+                    "resource": {"namespace": "shop", "name": "web"},
+                    "value": {"expression": "baseline + events"},
+                }
+            ],
+        },
+    }
 
     async def go():
         engine = await loaded_engine([metric("rps"), doc], now=NOW)

@@ -29,8 +29,11 @@ def server():
 
 def get(url: str, **kwargs):
     async def run():
-        client = HttpClient(kwargs.pop("tls", TlsConfig()), allow_link_local=kwargs.pop("allow", False),
-                            **({"resolver": kwargs.pop("resolver")} if "resolver" in kwargs else {}))
+        client = HttpClient(
+            kwargs.pop("tls", TlsConfig()),
+            allow_link_local=kwargs.pop("allow", False),
+            **({"resolver": kwargs.pop("resolver")} if "resolver" in kwargs else {}),
+        )
         try:
             return await client.get(url, timeout=kwargs.pop("timeout", 5.0), **kwargs)
         finally:
@@ -95,18 +98,21 @@ def test_connection_refused_is_a_source_error(server):
         get(f"http://127.0.0.1:{port}/x")
 
 
-@pytest.mark.parametrize("address,reason", [
-    ("169.254.169.254", "metadata"),
-    ("169.254.10.1", "link-local"),
-    ("fe80::1", "link-local"),
-    ("fd00:ec2::254", "metadata"),
-    ("::ffff:169.254.169.254", "metadata"),
-    ("127.0.0.1", None),
-    ("10.96.0.10", None),
-    ("192.168.1.5", None),
-    ("::1", None),
-    ("fd12:3456::1", None),
-])
+@pytest.mark.parametrize(
+    "address,reason",
+    [
+        ("169.254.169.254", "metadata"),
+        ("169.254.10.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("fd00:ec2::254", "metadata"),
+        ("::ffff:169.254.169.254", "metadata"),
+        ("127.0.0.1", None),
+        ("10.96.0.10", None),
+        ("192.168.1.5", None),
+        ("::1", None),
+        ("fd12:3456::1", None),
+    ],
+)
 def test_address_policy(address, reason):
     result = forbidden_reason(address)
     if reason is None:
@@ -184,8 +190,13 @@ def test_parse_options_field_paths():
     with pytest.raises(ValidationError, match=r"spec.source.api.headers\[1\]: exactly one of value or valueFrom"):
         parse_http_options({"url": "http://x/", "headers": [{"name": "A", "value": "1"}, {"name": "B"}]}, base)
     with pytest.raises(ValidationError, match=r"headers\[0\].valueFrom.secretKeyRef.key: required"):
-        parse_http_options({"url": "http://x/", "headers": [
-            {"name": "A", "valueFrom": {"secretKeyRef": {"namespace": "n", "name": "s"}}}]}, base)
+        parse_http_options(
+            {
+                "url": "http://x/",
+                "headers": [{"name": "A", "valueFrom": {"secretKeyRef": {"namespace": "n", "name": "s"}}}],
+            },
+            base,
+        )
     with pytest.raises(ValidationError, match=r"spec.source.api.tls.caBundle"):
         parse_http_options({"url": "https://x/", "tls": {"caBundle": "not pem"}}, base)
     with pytest.raises(ValidationError, match=r"spec.source.api.tls.insecureSkipVerify: cannot be combined"):
@@ -199,9 +210,19 @@ def test_parse_options_field_paths():
 
 
 def test_secret_headers_are_resolved_and_errors_do_not_leak():
-    options = parse_http_options({"url": "http://x/", "headers": [
-        {"name": "Authorization", "valueFrom": {"secretKeyRef": {"namespace": "ns", "name": "tok", "key": "t"}}},
-        {"name": "X-Plain", "value": "p"}]}, "s")
+    options = parse_http_options(
+        {
+            "url": "http://x/",
+            "headers": [
+                {
+                    "name": "Authorization",
+                    "valueFrom": {"secretKeyRef": {"namespace": "ns", "name": "tok", "key": "t"}},
+                },
+                {"name": "X-Plain", "value": "p"},
+            ],
+        },
+        "s",
+    )
     store = {("ns", "tok", "t"): "Bearer s3cr3t\n"}
 
     def secrets(namespace: str, name: str, key: str) -> str:

@@ -70,8 +70,7 @@ def test_instant_vector_gives_one_item_per_series_with_labels(prom):
         assert (item.start, item.end) == (now, now + 30)
         assert item.labels["__name__"] == "prescaler_test_requests"
         # The newest sample (within the 5m lookback) is the sine at last_sample.
-        assert item.values["value"] == pytest.approx(float(synthetic(np.array([prom.last_sample]), base)[0]),
-                                                     rel=1e-6)
+        assert item.values["value"] == pytest.approx(float(synthetic(np.array([prom.last_sample]), base)[0]), rel=1e-6)
 
 
 def test_aggregation_query_and_scalar(prom):
@@ -84,7 +83,7 @@ def test_aggregation_query_and_scalar(prom):
 
 
 def test_nan_samples_are_skipped_with_warning(prom):
-    source = prometheus_source({"url": prom.url, "query": 'prescaler_test_requests / 0 * 0'})
+    source = prometheus_source({"url": prom.url, "query": "prescaler_test_requests / 0 * 0"})
     result = fetch_result(source, time.time())
     items = result.items
     assert items == []
@@ -121,7 +120,7 @@ def test_range_query_returns_aligned_history(prom):
         finally:
             await client.aclose()
 
-    (labels, timestamps, values), = run(go)
+    ((labels, timestamps, values),) = run(go)
     assert labels["service"] == "service-a"
     assert timestamps[0] == start and timestamps[-1] == end and np.all(np.diff(timestamps) == 300)
     np.testing.assert_allclose(values, synthetic(timestamps, 100.0), rtol=1e-6)
@@ -139,7 +138,7 @@ def test_range_query_is_split_beyond_prometheus_point_limit(prom):
         finally:
             await client.aclose()
 
-    (_, timestamps, values), = run(go)
+    ((_, timestamps, values),) = run(go)
     assert timestamps.size == 2 * 86400 // 15 + 1
     assert np.all(np.diff(timestamps) == 15)
     assert np.all(np.isfinite(values))
@@ -147,11 +146,17 @@ def test_range_query_is_split_beyond_prometheus_point_limit(prom):
 
 def test_forecast_end_to_end_against_prometheus(prom):
     now = prom.last_sample + 30
-    block = {"history": {"prometheus": {"url": prom.url, "query": "prescaler_test_requests",
-                                        "step": "5m", "length": "3d"}},
-             "horizon": "2h", "model": "auto", "quantile": 0.9}
-    source = ForecastSource(ForecastSource.parse_config(block, "spec.source.forecast"),
-                            CommonSourceSettings(interval=300, timeout=10), SourceContext())
+    block = {
+        "history": {"prometheus": {"url": prom.url, "query": "prescaler_test_requests", "step": "5m", "length": "3d"}},
+        "horizon": "2h",
+        "model": "auto",
+        "quantile": 0.9,
+    }
+    source = ForecastSource(
+        ForecastSource.parse_config(block, "spec.source.forecast"),
+        CommonSourceSettings(interval=300, timeout=10),
+        SourceContext(),
+    )
     result = fetch_result(source, now)
     items = result.items
     assert result.note and list(result.warnings) == []
@@ -174,19 +179,32 @@ def test_forecast_end_to_end_against_prometheus(prom):
 
 def test_forecast_of_real_trace_is_plausible(prom):
     now = prom.last_sample + 30
-    block = {"history": {"prometheus": {"url": prom.url, "query": 'prescaler_trace_requests{trace="elb"}',
-                                        "step": "5m", "length": "4d"}},
-             "horizon": "1h", "step": "10m"}
-    source = ForecastSource(ForecastSource.parse_config(block, "spec.source.forecast"),
-                            CommonSourceSettings(interval=300, timeout=10), SourceContext())
+    block = {
+        "history": {
+            "prometheus": {
+                "url": prom.url,
+                "query": 'prescaler_trace_requests{trace="elb"}',
+                "step": "5m",
+                "length": "4d",
+            }
+        },
+        "horizon": "1h",
+        "step": "10m",
+    }
+    source = ForecastSource(
+        ForecastSource.parse_config(block, "spec.source.forecast"),
+        CommonSourceSettings(interval=300, timeout=10),
+        SourceContext(),
+    )
     items = fetch(source, now)
     items.sort(key=lambda i: i.start)
     # 1h of 10m steps; the first one starts at now and may be longer (it bridges to the first step).
     assert len(items) == 6 and items[0].start == now and 0 < items[0].end - now <= 1200
     assert all(i.end - i.start == 600 for i in items[1:])
     assert all(b.start == a.end for a, b in itertools.pairwise(items))
-    history = np.loadtxt(shared_path("data/traces/nab_aws_elb_request_count_8c0756_5min.csv"),
-                         delimiter=",", skiprows=1)[-1152:, 1]
+    history = np.loadtxt(
+        shared_path("data/traces/nab_aws_elb_request_count_8c0756_5min.csv"), delimiter=",", skiprows=1
+    )[-1152:, 1]
     for item in items:
         # Plausible: inside the range the series has shown (with some room for the interval).
         assert history.min() - 1 <= item.values["forecast"] <= 2 * history.max()
@@ -197,8 +215,12 @@ def test_forecast_of_real_trace_is_plausible(prom):
 
 def test_prometheus_error_body_with_http_400_and_html_proxy_page():
     error = {"status": "error", "errorType": "execution", "error": "query timed out in expression evaluation"}
-    state, stop = start_server({"/api/v1/query": (422, "application/json", json.dumps(error).encode()),
-                                "/p/api/v1/query": (502, "text/html", b"<html>Bad gateway</html>")})
+    state, stop = start_server(
+        {
+            "/api/v1/query": (422, "application/json", json.dumps(error).encode()),
+            "/p/api/v1/query": (502, "text/html", b"<html>Bad gateway</html>"),
+        }
+    )
     try:
         with pytest.raises(SourceError, match=r"prometheus query failed: execution: query timed out"):
             fetch(prometheus_source({"url": state.base_url, "query": "up"}), 1e9)
@@ -209,17 +231,25 @@ def test_prometheus_error_body_with_http_400_and_html_proxy_page():
 
 
 def test_auth_headers_and_query_parameters(tmp_path):
-    body = {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": {"service": "a"}, "value": [1e9, "+Inf"]},
-        {"metric": {"service": "b"}, "value": [1e9, "2.5"]}]}}
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"service": "a"}, "value": [1e9, "+Inf"]},
+                {"metric": {"service": "b"}, "value": [1e9, "2.5"]},
+            ],
+        },
+    }
     state, stop = start_server({"/api/v1/query": (200, "application/json", json.dumps(body).encode())})
     token_file = tmp_path / "token"
     token_file.write_text("file-token\n")
     secrets = {("mon", "prom", "password"): "pa55", ("mon", "prom", "token"): "secret-token"}
     context = SourceContext(secrets=lambda ns, n, k: secrets[(ns, n, k)])
     try:
-        source = prometheus_source({"url": state.base_url, "query": 'sum(rate(x{a="b"}[5m]))',
-                                    "auth": {"bearerTokenFile": str(token_file)}})
+        source = prometheus_source(
+            {"url": state.base_url, "query": 'sum(rate(x{a="b"}[5m]))', "auth": {"bearerTokenFile": str(token_file)}}
+        )
         result = fetch_result(source, 1_000_000_000.5)
         assert [(i.labels, i.values) for i in result.items] == [({"service": "b"}, {"value": 2.5})]
         assert list(result.warnings) == ['series {service="a"}: skipped sample inf']
@@ -228,34 +258,77 @@ def test_auth_headers_and_query_parameters(tmp_path):
         assert "query=sum%28rate%28x%7Ba%3D%22b%22%7D%5B5m%5D%29%29" in request["query"]
         assert "time=1000000000.500" in request["query"]
 
-        fetch(prometheus_source({"url": state.base_url, "query": "up", "auth": {"basic": {
-            "username": "u", "password": {"secretKeyRef": {"namespace": "mon", "name": "prom", "key": "password"}}}}},
-            context=context), 1e9)
+        fetch(
+            prometheus_source(
+                {
+                    "url": state.base_url,
+                    "query": "up",
+                    "auth": {
+                        "basic": {
+                            "username": "u",
+                            "password": {"secretKeyRef": {"namespace": "mon", "name": "prom", "key": "password"}},
+                        }
+                    },
+                },
+                context=context,
+            ),
+            1e9,
+        )
         assert state.requests[-1]["headers"]["Authorization"] == "Basic dTpwYTU1"  # base64("u:pa55")
-        fetch(prometheus_source({"url": state.base_url, "query": "up", "auth": {"bearerToken": {
-            "secretKeyRef": {"namespace": "mon", "name": "prom", "key": "token"}}}}, context=context), 1e9)
+        fetch(
+            prometheus_source(
+                {
+                    "url": state.base_url,
+                    "query": "up",
+                    "auth": {"bearerToken": {"secretKeyRef": {"namespace": "mon", "name": "prom", "key": "token"}}},
+                },
+                context=context,
+            ),
+            1e9,
+        )
         assert state.requests[-1]["headers"]["Authorization"] == "Bearer secret-token"
         with pytest.raises(SourceError, match=r"auth.bearerTokenFile: cannot read .*missing") as info:
-            fetch(prometheus_source({"url": state.base_url, "query": "up",
-                                     "auth": {"bearerTokenFile": str(tmp_path / "missing")}}), 1e9)
+            fetch(
+                prometheus_source(
+                    {"url": state.base_url, "query": "up", "auth": {"bearerTokenFile": str(tmp_path / "missing")}}
+                ),
+                1e9,
+            )
         assert "file-token" not in str(info.value)
     finally:
         stop()
 
 
-@pytest.mark.parametrize("block,path,message", [
-    ({"url": "http://p:9090"}, f"{PATH}.query", "required"),
-    ({"url": "http://p:9090", "query": "  "}, f"{PATH}.query", "must not be empty"),
-    ({"query": "up"}, f"{PATH}.url", "required"),
-    ({"url": "http://p", "query": "up", "auth": {}}, f"{PATH}.auth", "exactly one of"),
-    ({"url": "http://p", "query": "up", "auth": {"basic": {"username": "u"}}}, f"{PATH}.auth.basic",
-     "exactly one of password or passwordFile"),
-    ({"url": "http://p", "query": "up", "auth": {"bearerToken": {}}}, f"{PATH}.auth.bearerToken.secretKeyRef",
-     "required"),
-    ({"url": "http://p", "query": "up", "auth": {"bearerTokenFile": "/t"},
-      "headers": [{"name": "authorization", "value": "x"}]}, f"{PATH}.auth", "Authorization header"),
-    ({"url": "http://p", "query": "up", "step": "1m"}, f"{PATH}.step", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "block,path,message",
+    [
+        ({"url": "http://p:9090"}, f"{PATH}.query", "required"),
+        ({"url": "http://p:9090", "query": "  "}, f"{PATH}.query", "must not be empty"),
+        ({"query": "up"}, f"{PATH}.url", "required"),
+        ({"url": "http://p", "query": "up", "auth": {}}, f"{PATH}.auth", "exactly one of"),
+        (
+            {"url": "http://p", "query": "up", "auth": {"basic": {"username": "u"}}},
+            f"{PATH}.auth.basic",
+            "exactly one of password or passwordFile",
+        ),
+        (
+            {"url": "http://p", "query": "up", "auth": {"bearerToken": {}}},
+            f"{PATH}.auth.bearerToken.secretKeyRef",
+            "required",
+        ),
+        (
+            {
+                "url": "http://p",
+                "query": "up",
+                "auth": {"bearerTokenFile": "/t"},
+                "headers": [{"name": "authorization", "value": "x"}],
+            },
+            f"{PATH}.auth",
+            "Authorization header",
+        ),
+        ({"url": "http://p", "query": "up", "step": "1m"}, f"{PATH}.step", "unknown field"),
+    ],
+)
 def test_prometheus_config_errors(block, path, message):
     with pytest.raises(ValidationError) as info:
         PrometheusSource.parse_config(block, PATH)

@@ -85,8 +85,7 @@ ONE_LAYER = gzip.compress(ZEROS, compresslevel=9)  # ~64 KB on the wire, 64 MiB 
 TWO_LAYERS = gzip.compress(ONE_LAYER, compresslevel=9)  # a few hundred bytes: "gzip, gzip"
 
 
-@pytest.mark.parametrize("body,coding", [(TWO_LAYERS, "gzip, gzip"), (ONE_LAYER, "gzip")],
-                         ids=["gzip-gzip", "gzip"])
+@pytest.mark.parametrize("body,coding", [(TWO_LAYERS, "gzip, gzip"), (ONE_LAYER, "gzip")], ids=["gzip-gzip", "gzip"])
 def test_gzip_bomb_stops_at_the_limit_while_inflating(server, body, coding):
     server.routes["/bomb"] = encoded(body, coding)
     with pytest.raises(SourceError, match=r"larger than 1048576 bytes after decompression"):
@@ -107,10 +106,13 @@ def test_compressed_responses_within_the_limit_are_decoded(server):
     assert "gzip" in server.requests[-1]["headers"]["Accept-Encoding"]
 
 
-@pytest.mark.parametrize("coding,message", [
-    ("br", r"unsupported Content-Encoding 'br'"),
-    ("gzip, gzip, gzip", r"3 stacked content codings"),
-])
+@pytest.mark.parametrize(
+    "coding,message",
+    [
+        ("br", r"unsupported Content-Encoding 'br'"),
+        ("gzip, gzip, gzip", r"3 stacked content codings"),
+    ],
+)
 def test_codings_we_do_not_need_are_refused(server, coding, message):
     server.routes["/x"] = encoded(gzip.compress(b"{}"), coding)
     with pytest.raises(SourceError, match=message):
@@ -147,8 +149,11 @@ def test_item_documents_are_parsed_in_a_worker_thread(server, monkeypatch):
 
     monkeypatch.setattr(api_module, "parse_items_document", spy)
     server.routes["/m"] = (200, "application/json", json.dumps({"items": []}).encode())
-    source = ApiSource(ApiSource.parse_config({"url": server.base_url + "/m"}, "spec.source.api"),
-                       CommonSourceSettings(), SourceContext())
+    source = ApiSource(
+        ApiSource.parse_config({"url": server.base_url + "/m"}, "spec.source.api"),
+        CommonSourceSettings(),
+        SourceContext(),
+    )
 
     async def run() -> threading.Thread:
         try:
@@ -162,8 +167,9 @@ def test_item_documents_are_parsed_in_a_worker_thread(server, monkeypatch):
 
 
 def schedule(block: dict, context: SourceContext) -> ScheduleSource:
-    return ScheduleSource(ScheduleSource.parse_config(block, "spec.source.schedule"),
-                          CommonSourceSettings(interval=60), context)
+    return ScheduleSource(
+        ScheduleSource.parse_config(block, "spec.source.schedule"), CommonSourceSettings(interval=60), context
+    )
 
 
 EVERY_MINUTE = {"windows": [{"cron": "* * * * *", "duration": "1m", "values": {"n": 1}}]}
@@ -249,8 +255,9 @@ def test_no_exception_ends_the_source_loop(monkeypatch):
     assert source.calls == 4 and runner.health.last_success is not None
 
 
-@pytest.mark.parametrize("expression", ["round(x, 10000000000)", "round(x, 1/0)",
-                                        " * ".join(["1000000000000000000"] * 18) + " * x"])
+@pytest.mark.parametrize(
+    "expression", ["round(x, 10000000000)", "round(x, 1/0)", " * ".join(["1000000000000000000"] * 18) + " * x"]
+)
 def test_an_expression_that_blows_up_does_not_end_the_loop(monkeypatch, expression):
     """The engine evaluates expressions when it takes a snapshot; whatever escapes from there is
     caught by the runner, reported, and the next fetch runs."""
@@ -339,18 +346,21 @@ def test_sources_share_one_pool_with_bounded_concurrency(server, monkeypatch):
 # ---------------------------------------------------------------- address forms
 
 
-@pytest.mark.parametrize("address,reason", [
-    ("::169.254.169.254", "metadata"),          # IPv4-compatible
-    ("::a9fe:a9fe", "metadata"),                # the same, written in hex
-    ("64:ff9b::169.254.169.254", "metadata"),   # NAT64 well-known prefix
-    ("64:ff9b::a9fe:1", "link-local"),
-    ("64:ff9b:1::a9fe:a9fe", "metadata"),       # NAT64 local-use prefix
-    ("2002:a9fe:a9fe::1", "metadata"),          # 6to4
-    ("::ffff:169.254.1.1", "link-local"),
-    ("64:ff9b::10.0.0.1", None),
-    ("::1", None),
-    ("::", None),
-])
+@pytest.mark.parametrize(
+    "address,reason",
+    [
+        ("::169.254.169.254", "metadata"),  # IPv4-compatible
+        ("::a9fe:a9fe", "metadata"),  # the same, written in hex
+        ("64:ff9b::169.254.169.254", "metadata"),  # NAT64 well-known prefix
+        ("64:ff9b::a9fe:1", "link-local"),
+        ("64:ff9b:1::a9fe:a9fe", "metadata"),  # NAT64 local-use prefix
+        ("2002:a9fe:a9fe::1", "metadata"),  # 6to4
+        ("::ffff:169.254.1.1", "link-local"),
+        ("64:ff9b::10.0.0.1", None),
+        ("::1", None),
+        ("::", None),
+    ],
+)
 def test_embedded_ipv4_forms_are_checked(address, reason):
     result = forbidden_reason(address)
     if reason is None:
@@ -359,18 +369,31 @@ def test_embedded_ipv4_forms_are_checked(address, reason):
         assert result is not None and reason in result
 
 
-@pytest.mark.parametrize("url", ["http://0251.0376.0251.0376/", "http://0xa9fea9fe/", "http://2852039166/",
-                                 "http://169.254.43518/", "http://0x7f.1/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://0251.0376.0251.0376/",
+        "http://0xa9fea9fe/",
+        "http://2852039166/",
+        "http://169.254.43518/",
+        "http://0x7f.1/",
+    ],
+)
 def test_numeric_ipv4_forms_are_refused_at_load(url):
     with pytest.raises(ValidationError, match=r"numeric IPv4 form other than dotted decimal"):
         check_url(url, "spec.source.api.url")
 
 
 def test_octal_metadata_url_is_a_load_error_naming_the_field():
-    doc = {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "e"},
-           "spec": {"source": {"api": {"url": "http://0251.0376.0251.0376/latest/meta-data/"}},
-                    "metrics": [{"name": "m", "resource": {"name": "a", "namespace": "ns"},
-                                 "value": {"expression": "n"}}]}}
+    doc = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "e"},
+        "spec": {
+            "source": {"api": {"url": "http://0251.0376.0251.0376/latest/meta-data/"}},
+            "metrics": [{"name": "m", "resource": {"name": "a", "namespace": "ns"}, "value": {"expression": "n"}}],
+        },
+    }
     with pytest.raises(ValidationError) as caught:
         parse_virtual_metric_event(doc, config_parsers())
     assert "spec.source.api.url" in str(caught.value) and "dotted decimal" in str(caught.value)
@@ -389,8 +412,7 @@ def test_a_failure_that_repeats_logs_its_traceback_once(monkeypatch, caplog):
 def test_local_sources_start_at_once_remote_ones_are_spread():
     async def go() -> tuple[float | None, list[float | None]]:
         spreader = StartSpreader(rate=1.0)  # one remote start per second at most
-        local = SourceRunner("cal", schedule(EVERY_MINUTE, SourceContext()), lambda _n, _i: None,
-                             spreader=spreader)
+        local = SourceRunner("cal", schedule(EVERY_MINUTE, SourceContext()), lambda _n, _i: None, spreader=spreader)
         remote = [SourceRunner(f"r{i}", Flaky([]), lambda _n, _i: None, spreader=spreader) for i in range(3)]
         for runner in [local, *remote]:
             runner.source.common = CommonSourceSettings(interval=60.0, timeout=1.0)

@@ -24,8 +24,9 @@ def utc(*args: int) -> float:
 
 
 def expand(block: dict, now: float):
-    source = ScheduleSource(ScheduleSource.parse_config(block, PATH), CommonSourceSettings(interval=60),
-                            SourceContext())
+    source = ScheduleSource(
+        ScheduleSource.parse_config(block, PATH), CommonSourceSettings(interval=60), SourceContext()
+    )
     return list(asyncio.run(source.fetch(now)).items)
 
 
@@ -34,8 +35,10 @@ def windows_of(items, index=None):
 
 
 def test_cron_window_in_seoul():
-    block = {"timeZone": "Asia/Seoul", "windows": [
-        {"cron": "30 10 * * 1-5", "duration": "10m", "values": {"scheduledMessage": 5000}}]}
+    block = {
+        "timeZone": "Asia/Seoul",
+        "windows": [{"cron": "30 10 * * 1-5", "duration": "10m", "values": {"scheduledMessage": 5000}}],
+    }
     now = utc(2024, 11, 21, 0, 0)  # Thursday 09:00 in Seoul
     items = expand(block, now)
     # Window overlapping [now - 1 day, now + 2 days]: Wed, Thu, Fri at 10:30 KST = 01:30 UTC.
@@ -59,20 +62,29 @@ def test_daily_window_with_days_and_midnight_crossing():
 
 def test_window_started_before_lookback_but_still_running_is_kept():
     # 22:00-06:00 every day; at 01:00 the window of the previous evening is running.
-    items = expand({"lookahead": "1h", "windows": [{"start": "22:00", "end": "06:00", "values": {"n": 1}}]},
-                   utc(2024, 6, 7, 1, 0))
+    items = expand(
+        {"lookahead": "1h", "windows": [{"start": "22:00", "end": "06:00", "values": {"n": 1}}]}, utc(2024, 6, 7, 1, 0)
+    )
     assert (utc(2024, 6, 6, 22, 0), utc(2024, 6, 7, 6, 0)) in windows_of(items)
     # and nothing beyond now + 1h
     assert all(start < utc(2024, 6, 7, 2, 0) for start, _ in windows_of(items))
 
 
 def test_excluded_dates_skip_windows_starting_that_day():
-    block = {"timeZone": "Asia/Seoul", "lookahead": "72h", "exclude": ["2024-11-22"], "windows": [
-        {"start": "20:00", "end": "22:00", "values": {"n": 1}},
-        {"cron": "0 9 * * *", "duration": "1h", "values": {"n": 2}, "exclude": ["2024-11-23"]}]}
+    block = {
+        "timeZone": "Asia/Seoul",
+        "lookahead": "72h",
+        "exclude": ["2024-11-22"],
+        "windows": [
+            {"start": "20:00", "end": "22:00", "values": {"n": 1}},
+            {"cron": "0 9 * * *", "duration": "1h", "values": {"n": 2}, "exclude": ["2024-11-23"]},
+        ],
+    }
     items = expand(block, utc(2024, 11, 21, 3, 0))  # 12:00 KST on Nov 21
-    starts = {dt.datetime.fromtimestamp(s, dt.timezone(dt.timedelta(hours=9))).strftime("%m-%d %H:%M")
-              for s, _ in windows_of(items)}
+    starts = {
+        dt.datetime.fromtimestamp(s, dt.timezone(dt.timedelta(hours=9))).strftime("%m-%d %H:%M")
+        for s, _ in windows_of(items)
+    }
     assert "11-22 20:00" not in starts and "11-22 09:00" not in starts  # global exclusion
     assert "11-23 09:00" not in starts and "11-23 20:00" in starts  # window-only exclusion
     assert "11-21 20:00" in starts and "11-21 09:00" in starts
@@ -83,9 +95,9 @@ def test_dst_spring_forward_keeps_local_wall_clock():
     block = {"timeZone": "America/New_York", "windows": [{"start": "20:00", "end": "22:00", "values": {"n": 1}}]}
     items = expand(block, utc(2024, 3, 10, 12, 0))
     got = windows_of(items)
-    assert (utc(2024, 3, 10, 1, 0), utc(2024, 3, 10, 3, 0)) in got    # Mar 9 20:00 EST
-    assert (utc(2024, 3, 11, 0, 0), utc(2024, 3, 11, 2, 0)) in got    # Mar 10 20:00 EDT
-    assert (utc(2024, 3, 12, 0, 0), utc(2024, 3, 12, 2, 0)) in got    # Mar 11 20:00 EDT
+    assert (utc(2024, 3, 10, 1, 0), utc(2024, 3, 10, 3, 0)) in got  # Mar 9 20:00 EST
+    assert (utc(2024, 3, 11, 0, 0), utc(2024, 3, 11, 2, 0)) in got  # Mar 10 20:00 EDT
+    assert (utc(2024, 3, 12, 0, 0), utc(2024, 3, 12, 2, 0)) in got  # Mar 11 20:00 EDT
 
 
 def test_dst_with_cron_and_fall_back():
@@ -101,16 +113,22 @@ def test_dst_with_cron_and_fall_back():
 
 def test_overnight_window_across_dst_change_has_wall_clock_length():
     # 00:00-06:00 on the spring-forward night is only 5 real hours.
-    block = {"timeZone": "America/New_York", "windows": [
-        {"days": ["Sun"], "start": "00:00", "end": "06:00", "values": {"n": 1}}]}
-    (start, end), = windows_of(expand(block, utc(2024, 3, 10, 12, 0)))
+    block = {
+        "timeZone": "America/New_York",
+        "windows": [{"days": ["Sun"], "start": "00:00", "end": "06:00", "values": {"n": 1}}],
+    }
+    ((start, end),) = windows_of(expand(block, utc(2024, 3, 10, 12, 0)))
     assert (start, end) == (utc(2024, 3, 10, 5, 0), utc(2024, 3, 10, 10, 0))
 
 
 def test_per_window_time_zone_overrides_source_zone():
-    block = {"timeZone": "UTC", "windows": [
-        {"start": "09:00", "end": "10:00", "timeZone": "Asia/Seoul", "values": {"n": 1}},
-        {"start": "09:00", "end": "10:00", "values": {"n": 2}}]}
+    block = {
+        "timeZone": "UTC",
+        "windows": [
+            {"start": "09:00", "end": "10:00", "timeZone": "Asia/Seoul", "values": {"n": 1}},
+            {"start": "09:00", "end": "10:00", "values": {"n": 2}},
+        ],
+    }
     items = expand(block, utc(2024, 1, 15, 12, 0))
     assert (utc(2024, 1, 16, 0, 0), utc(2024, 1, 16, 1, 0)) in windows_of(items, 0)
     assert (utc(2024, 1, 16, 9, 0), utc(2024, 1, 16, 10, 0)) in windows_of(items, 1)
@@ -127,12 +145,15 @@ def test_ids_are_stable_across_fetches():
 
 
 def test_inline_items_rfc3339_unix_and_local():
-    block = {"timeZone": "Asia/Seoul", "items": [
-        {"start": "2024-11-21T10:30:00+09:00", "end": "2024-11-21T10:31:00Z", "values": {"n": 50}, "id": "a"},
-        {"start": 1732152600, "end": 1732152660, "values": {"n": 1}},
-        {"start": "2024-11-21T10:30:00", "end": "2024-11-21T10:45:00", "values": {"n": 2}},  # local time
-        {"start": 1000, "end": 2000, "values": {"n": 9}},  # long past: not in the snapshot
-    ]}
+    block = {
+        "timeZone": "Asia/Seoul",
+        "items": [
+            {"start": "2024-11-21T10:30:00+09:00", "end": "2024-11-21T10:31:00Z", "values": {"n": 50}, "id": "a"},
+            {"start": 1732152600, "end": 1732152660, "values": {"n": 1}},
+            {"start": "2024-11-21T10:30:00", "end": "2024-11-21T10:45:00", "values": {"n": 2}},  # local time
+            {"start": 1000, "end": 2000, "values": {"n": 9}},  # long past: not in the snapshot
+        ],
+    }
     items = expand(block, utc(2024, 11, 21, 0, 0))
     assert [(i.start, i.end, i.id) for i in items] == [
         (utc(2024, 11, 21, 1, 30), utc(2024, 11, 21, 10, 31), "a"),
@@ -168,32 +189,59 @@ def test_source_flags():
     assert ScheduleSource.never_stale is True and ScheduleSource.default_interval == 60.0
 
 
-@pytest.mark.parametrize("block,path,message", [
-    ({}, PATH, "at least one of items or windows"),
-    ({"timeZone": "Mars/Olympus", "windows": []}, f"{PATH}.timeZone", "unknown IANA time zone"),
-    ({"windows": [{"cron": "61 * * * *", "duration": "1m", "values": {}}]}, f"{PATH}.windows[0].cron",
-     "not a 5-field cron"),
-    ({"windows": [{"cron": "0 0 * * * *", "duration": "1m", "values": {}}]}, f"{PATH}.windows[0].cron",
-     "not a 5-field cron"),
-    ({"windows": [{"cron": "0 9 * * *", "values": {}}]}, f"{PATH}.windows[0].duration", "required"),
-    ({"windows": [{"cron": "0 9 * * *", "duration": "1m", "days": ["Mon"], "values": {}}]},
-     f"{PATH}.windows[0].days", "not allowed with cron"),
-    ({"windows": [{"start": "25:00", "end": "10:00", "values": {}}]}, f"{PATH}.windows[0].start",
-     "expected a local time"),
-    ({"windows": [{"start": "10:00", "values": {}}]}, f"{PATH}.windows[0].end", "required"),
-    ({"windows": [{"start": "10:00", "end": "11:00", "days": ["Funday"], "values": {}}]},
-     f"{PATH}.windows[0].days[0]", "expected a day name"),
-    ({"windows": [{"start": "10:00", "end": "11:00", "values": {"n": "many"}}]},
-     f"{PATH}.windows[0].values.n", "expected a number"),
-    ({"windows": [{"start": "10:00", "end": "11:00"}]}, f"{PATH}.windows[0].values", "required"),
-    ({"exclude": ["25/12/2024"], "windows": []}, f"{PATH}.exclude[0]", "YYYY-MM-DD"),
-    ({"items": [{"start": "tomorrow", "end": 5, "values": {}}]}, f"{PATH}.items[0].start", "RFC3339"),
-    ({"items": [{"start": 200, "end": 100, "values": {}}]}, f"{PATH}.items[0]", "must be before end"),
-    ({"lookahead": "10d", "windows": [{"start": "10:00", "end": "11:00", "values": {}}]},
-     f"{PATH}.lookahead", "invalid duration"),
-    ({"windows": [{"start": "10:00", "end": "11:00", "values": {}, "colour": "red"}]},
-     f"{PATH}.windows[0].colour", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "block,path,message",
+    [
+        ({}, PATH, "at least one of items or windows"),
+        ({"timeZone": "Mars/Olympus", "windows": []}, f"{PATH}.timeZone", "unknown IANA time zone"),
+        (
+            {"windows": [{"cron": "61 * * * *", "duration": "1m", "values": {}}]},
+            f"{PATH}.windows[0].cron",
+            "not a 5-field cron",
+        ),
+        (
+            {"windows": [{"cron": "0 0 * * * *", "duration": "1m", "values": {}}]},
+            f"{PATH}.windows[0].cron",
+            "not a 5-field cron",
+        ),
+        ({"windows": [{"cron": "0 9 * * *", "values": {}}]}, f"{PATH}.windows[0].duration", "required"),
+        (
+            {"windows": [{"cron": "0 9 * * *", "duration": "1m", "days": ["Mon"], "values": {}}]},
+            f"{PATH}.windows[0].days",
+            "not allowed with cron",
+        ),
+        (
+            {"windows": [{"start": "25:00", "end": "10:00", "values": {}}]},
+            f"{PATH}.windows[0].start",
+            "expected a local time",
+        ),
+        ({"windows": [{"start": "10:00", "values": {}}]}, f"{PATH}.windows[0].end", "required"),
+        (
+            {"windows": [{"start": "10:00", "end": "11:00", "days": ["Funday"], "values": {}}]},
+            f"{PATH}.windows[0].days[0]",
+            "expected a day name",
+        ),
+        (
+            {"windows": [{"start": "10:00", "end": "11:00", "values": {"n": "many"}}]},
+            f"{PATH}.windows[0].values.n",
+            "expected a number",
+        ),
+        ({"windows": [{"start": "10:00", "end": "11:00"}]}, f"{PATH}.windows[0].values", "required"),
+        ({"exclude": ["25/12/2024"], "windows": []}, f"{PATH}.exclude[0]", "YYYY-MM-DD"),
+        ({"items": [{"start": "tomorrow", "end": 5, "values": {}}]}, f"{PATH}.items[0].start", "RFC3339"),
+        ({"items": [{"start": 200, "end": 100, "values": {}}]}, f"{PATH}.items[0]", "must be before end"),
+        (
+            {"lookahead": "10d", "windows": [{"start": "10:00", "end": "11:00", "values": {}}]},
+            f"{PATH}.lookahead",
+            "invalid duration",
+        ),
+        (
+            {"windows": [{"start": "10:00", "end": "11:00", "values": {}, "colour": "red"}]},
+            f"{PATH}.windows[0].colour",
+            "unknown field",
+        ),
+    ],
+)
 def test_validation_errors_name_the_field(block, path, message):
     with pytest.raises(ValidationError) as info:
         ScheduleSource.parse_config(block, PATH)
@@ -226,4 +274,6 @@ spec:
     doc["spec"]["source"]["schedule"]["windows"][0]["cron"] = "every day"
     with pytest.raises(ValidationError) as info:
         parse_virtual_metric_event(doc, config_parsers())
-    assert info.value.path == "spec.source.schedule.windows[0].cron" and info.value.obj == "VirtualMetricEvent/campaigns"
+    assert (
+        info.value.path == "spec.source.schedule.windows[0].cron" and info.value.obj == "VirtualMetricEvent/campaigns"
+    )

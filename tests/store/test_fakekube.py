@@ -13,8 +13,12 @@ G, V = "prescaler.pingpong.ai", "v1"
 
 
 def vm(name: str, default: float = 0) -> dict:
-    return {"apiVersion": f"{G}/{V}", "kind": "VirtualMetric", "metadata": {"name": name},
-            "spec": {"defaultValue": default}}
+    return {
+        "apiVersion": f"{G}/{V}",
+        "kind": "VirtualMetric",
+        "metadata": {"name": name},
+        "spec": {"defaultValue": default},
+    }
 
 
 def custom(fake: FakeKube, token: str | None = None) -> client.CustomObjectsApi:
@@ -60,8 +64,9 @@ def test_kubeconfig_file_works_with_load_kube_config(fake, tmp_path):
 def test_status_subresource_patch_and_put(fake):
     fake.apply(vm("rps"))
     api = custom(fake)
-    patched = api.patch_cluster_custom_object_status(G, V, "virtualmetrics", "rps",
-                                                     {"status": {"observedGeneration": 1, "targets": []}})
+    patched = api.patch_cluster_custom_object_status(
+        G, V, "virtualmetrics", "rps", {"status": {"observedGeneration": 1, "targets": []}}
+    )
     assert patched["status"] == {"observedGeneration": 1, "targets": []}
     assert patched["metadata"]["generation"] == 1  # status writes never bump generation
     assert fake.requests_matching("PATCH", "/status$")[-1].headers["content-type"] == "application/merge-patch+json"
@@ -84,8 +89,9 @@ def _collect(fake: FakeKube, events: list, **kwargs) -> threading.Thread:
     def run() -> None:
         w = watch.Watch()
         try:
-            for ev in w.stream(custom(fake).list_cluster_custom_object, G, V, "virtualmetrics",
-                               timeout_seconds=10, **kwargs):
+            for ev in w.stream(
+                custom(fake).list_cluster_custom_object, G, V, "virtualmetrics", timeout_seconds=10, **kwargs
+            ):
                 events.append((ev["type"], ev["raw_object"]))
         except client.ApiException as exc:
             events.append(("EXC", exc.status))
@@ -136,8 +142,9 @@ def test_watch_after_compaction_is_gone(fake):
 
     fake.gone_on_start = "http"
     with pytest.raises(client.ApiException) as err:
-        custom(fake).list_cluster_custom_object(G, V, "virtualmetrics", watch=True, resource_version=str(old),
-                                                _preload_content=False)
+        custom(fake).list_cluster_custom_object(
+            G, V, "virtualmetrics", watch=True, resource_version=str(old), _preload_content=False
+        )
     assert err.value.status == 410
 
 
@@ -173,10 +180,12 @@ def test_token_review_and_subject_access_review(fake):
 
     authz = client.AuthorizationV1Api(fake.api_client())
     attrs = client.V1ResourceAttributes(verb="list", group="external.metrics.k8s.io", resource="rps")
-    allowed = authz.create_subject_access_review(client.V1SubjectAccessReview(
-        spec=client.V1SubjectAccessReviewSpec(user="alice", resource_attributes=attrs)))
-    denied = authz.create_subject_access_review(client.V1SubjectAccessReview(
-        spec=client.V1SubjectAccessReviewSpec(user="bob", resource_attributes=attrs)))
+    allowed = authz.create_subject_access_review(
+        client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(user="alice", resource_attributes=attrs))
+    )
+    denied = authz.create_subject_access_review(
+        client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(user="bob", resource_attributes=attrs))
+    )
     assert allowed.status.allowed and not denied.status.allowed and denied.status.denied
     assert fake.subject_access_reviews[0]["spec"]["resourceAttributes"]["resource"] == "rps"
 
@@ -187,14 +196,19 @@ def test_auth_configmap_get_list_and_watch(fake):
     cm = core.read_namespaced_config_map("extension-apiserver-authentication", "kube-system")
     assert cm.data["requestheader-allowed-names"] == '["front-proxy-client"]'
     listed = core.list_namespaced_config_map(
-        "kube-system", field_selector="metadata.name=extension-apiserver-authentication")
+        "kube-system", field_selector="metadata.name=extension-apiserver-authentication"
+    )
     assert len(listed.items) == 1
     events: list = []
 
     def run() -> None:
-        for ev in watch.Watch().stream(core.list_namespaced_config_map, "kube-system",
-                                       field_selector="metadata.name=extension-apiserver-authentication",
-                                       resource_version=listed.metadata.resource_version, timeout_seconds=10):
+        for ev in watch.Watch().stream(
+            core.list_namespaced_config_map,
+            "kube-system",
+            field_selector="metadata.name=extension-apiserver-authentication",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=10,
+        ):
             events.append(ev["object"].data)
 
     threading.Thread(target=run, daemon=True).start()
@@ -206,8 +220,10 @@ def test_auth_configmap_get_list_and_watch(fake):
 
 def test_leases_create_and_optimistic_replace(fake):
     coord = client.CoordinationV1Api(fake.api_client())
-    lease = coord.create_namespaced_lease("default", client.V1Lease(
-        metadata=client.V1ObjectMeta(name="prescaler"), spec=client.V1LeaseSpec(holder_identity="a")))
+    lease = coord.create_namespaced_lease(
+        "default",
+        client.V1Lease(metadata=client.V1ObjectMeta(name="prescaler"), spec=client.V1LeaseSpec(holder_identity="a")),
+    )
     lease.spec.holder_identity = "b"
     replaced = coord.replace_namespaced_lease("prescaler", "default", lease)
     assert replaced.spec.holder_identity == "b"

@@ -21,8 +21,13 @@ from tests.fakekube import ApiError, json_patch
 ROOT = Path(__file__).resolve().parents[2]
 SEED_HPP = ROOT / "examples" / "seed" / "horizontalpodprescaler.yaml"
 SEED_HPA = ROOT / "examples" / "hpa" / "service-a-hpa.yaml"
-ENTRY = {"type": "External", "external": {"metric": {"name": "rps", "selector": {"matchLabels": {"resource": "service-a"}}},
-                                          "target": {"type": "AverageValue", "averageValue": "10"}}}
+ENTRY = {
+    "type": "External",
+    "external": {
+        "metric": {"name": "rps", "selector": {"matchLabels": {"resource": "service-a"}}},
+        "target": {"type": "AverageValue", "averageValue": "10"},
+    },
+}
 CPU = {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
 
 
@@ -31,13 +36,20 @@ def seed() -> dict[str, Any]:
 
 
 def hpa(metrics: list[dict[str, Any]] | None, api_version: str = "autoscaling/v2") -> dict[str, Any]:
-    spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "service-a"},
-                            "minReplicas": 2, "maxReplicas": 50}
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "service-a"},
+        "minReplicas": 2,
+        "maxReplicas": 50,
+    }
     if metrics is not None:
         spec["metrics"] = metrics
-    return {"apiVersion": api_version, "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "service-a-hpa", "namespace": "service-a", "resourceVersion": "7", "uid": "u"},
-            "spec": spec, "status": {"currentReplicas": 3}}
+    return {
+        "apiVersion": api_version,
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "service-a-hpa", "namespace": "service-a", "resourceVersion": "7", "uid": "u"},
+        "spec": spec,
+        "status": {"currentReplicas": 3},
+    }
 
 
 def test_seed_hpp_means_an_external_metric_for_its_workload() -> None:
@@ -52,19 +64,51 @@ def test_check_against_the_example_hpa_is_configured() -> None:
     assert check.configured and check.reason == "HPAConfigured" and check.command == ""
 
 
-@pytest.mark.parametrize("metrics, reason, expected", [
-    ([CPU], "MetricMissing", [CPU, ENTRY]),
-    ([], "MetricMissing", [ENTRY]),
-    (None, "MetricMissing", [{"type": "Resource", "resource": {"name": "cpu", "target": {
-        "type": "Utilization", "averageUtilization": 80}}}, ENTRY]),  # the implicit CPU default is kept
-    ([CPU, {**ENTRY, "external": {**ENTRY["external"], "target": {"type": "AverageValue", "averageValue": "20"}}}],
-     "TargetDiffers", [CPU, ENTRY]),
-    ([{**ENTRY, "external": {**ENTRY["external"], "target": {"type": "Value", "value": "10"}}}, CPU],
-     "TargetDiffers", [ENTRY, CPU]),
-    # another workload's entry for the same metric is left alone
-    ([{**ENTRY, "external": {**ENTRY["external"], "metric": {"name": "rps", "selector": {
-        "matchLabels": {"resource": "service-b"}}}}}], "MetricMissing", None),
-])
+@pytest.mark.parametrize(
+    "metrics, reason, expected",
+    [
+        ([CPU], "MetricMissing", [CPU, ENTRY]),
+        ([], "MetricMissing", [ENTRY]),
+        (
+            None,
+            "MetricMissing",
+            [
+                {
+                    "type": "Resource",
+                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}},
+                },
+                ENTRY,
+            ],
+        ),  # the implicit CPU default is kept
+        (
+            [
+                CPU,
+                {**ENTRY, "external": {**ENTRY["external"], "target": {"type": "AverageValue", "averageValue": "20"}}},
+            ],
+            "TargetDiffers",
+            [CPU, ENTRY],
+        ),
+        (
+            [{**ENTRY, "external": {**ENTRY["external"], "target": {"type": "Value", "value": "10"}}}, CPU],
+            "TargetDiffers",
+            [ENTRY, CPU],
+        ),
+        # another workload's entry for the same metric is left alone
+        (
+            [
+                {
+                    **ENTRY,
+                    "external": {
+                        **ENTRY["external"],
+                        "metric": {"name": "rps", "selector": {"matchLabels": {"resource": "service-b"}}},
+                    },
+                }
+            ],
+            "MetricMissing",
+            None,
+        ),
+    ],
+)
 def test_patch_gives_the_configured_hpa(metrics, reason, expected) -> None:
     """The JSON patch, applied by an independent RFC 6902 implementation, yields an HPA that passes
     the check; and the printed manifest has the same metrics."""
@@ -85,17 +129,23 @@ def test_patch_command_is_one_ready_shell_command() -> None:
     check = check_hpa(hpp, hpa([CPU]))
     argv = shlex.split(check.command)
     assert argv[:7] == ["kubectl", "-n", "service-a", "patch", "hpa", "service-a-hpa", "--type=json"]
-    assert argv[7] == "-p" and json.loads(argv[8]) == check.ops == [{"op": "add", "path": "/spec/metrics/-",
-                                                                      "value": ENTRY}]
+    assert argv[7] == "-p" and json.loads(argv[8]) == check.ops == [
+        {"op": "add", "path": "/spec/metrics/-", "value": ENTRY}
+    ]
 
 
 def test_replace_is_guarded_against_a_moved_entry() -> None:
     hpp = parse_hpp(seed())
-    stale = hpa([CPU, {**ENTRY, "external": {**ENTRY["external"], "target": {"type": "AverageValue",
-                                                                               "averageValue": "3"}}}])
+    stale = hpa(
+        [CPU, {**ENTRY, "external": {**ENTRY["external"], "target": {"type": "AverageValue", "averageValue": "3"}}}]
+    )
     ops = patch_ops(hpp, stale)
-    moved = hpa([{"type": "External", "external": {"metric": {"name": "other"}, "target": {"type": "Value",
-                                                                                           "value": "1"}}}, CPU])
+    moved = hpa(
+        [
+            {"type": "External", "external": {"metric": {"name": "other"}, "target": {"type": "Value", "value": "1"}}},
+            CPU,
+        ]
+    )
     with pytest.raises(ApiError):
         json_patch(moved, ops)
 
@@ -106,30 +156,42 @@ def test_missing_hpa_and_quantities() -> None:
     hpp = parse_hpp(doc)
     assert hpp.metrics[0].average_value == "2500m"
     check = check_hpa(hpp, None)
-    assert not check.configured and check.reason == "HPANotFound" and "service-a/service-a-hpa not found" in check.message
-    configured = hpa([{**ENTRY, "external": {**ENTRY["external"], "target": {"type": "AverageValue",
-                                                                              "averageValue": "2.5"}}}])
+    assert (
+        not check.configured and check.reason == "HPANotFound" and "service-a/service-a-hpa not found" in check.message
+    )
+    configured = hpa(
+        [{**ENTRY, "external": {**ENTRY["external"], "target": {"type": "AverageValue", "averageValue": "2.5"}}}]
+    )
     assert check_hpa(hpp, configured).configured  # 2.5 == 2500m
 
 
 def test_autoscaling_v1_hpa_keeps_its_cpu_target() -> None:
-    v1 = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
-          "metadata": {"name": "service-a-hpa", "namespace": "service-a"},
-          "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "service-a"}, "maxReplicas": 5,
-                   "targetCPUUtilizationPercentage": 60}}
+    v1 = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "service-a-hpa", "namespace": "service-a"},
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": "service-a"},
+            "maxReplicas": 5,
+            "targetCPUUtilizationPercentage": 60,
+        },
+    }
     manifest = patched_manifest(parse_hpp(seed()), v1)
     assert manifest["apiVersion"] == "autoscaling/v2" and "targetCPUUtilizationPercentage" not in manifest["spec"]
     assert manifest["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 60
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: d["spec"].pop("scaleTargetRef"), "spec.scaleTargetRef.name"),
-    (lambda d: d["spec"].update(metrics=[]), "spec.metrics"),
-    (lambda d: d["spec"]["metrics"][0]["target"].update(averageValue="ten"), "spec.metrics[0].target.averageValue"),
-    (lambda d: d["spec"]["metrics"][0]["target"].update(averageValue=0), "spec.metrics[0].target.averageValue"),
-    (lambda d: d["spec"]["metrics"][0].pop("metric"), "spec.metrics[0].metric.name"),
-    (lambda d: d["spec"]["scaleTargetRef"].update(kind="Deployment"), "spec.scaleTargetRef.kind"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d["spec"].pop("scaleTargetRef"), "spec.scaleTargetRef.name"),
+        (lambda d: d["spec"].update(metrics=[]), "spec.metrics"),
+        (lambda d: d["spec"]["metrics"][0]["target"].update(averageValue="ten"), "spec.metrics[0].target.averageValue"),
+        (lambda d: d["spec"]["metrics"][0]["target"].update(averageValue=0), "spec.metrics[0].target.averageValue"),
+        (lambda d: d["spec"]["metrics"][0].pop("metric"), "spec.metrics[0].metric.name"),
+        (lambda d: d["spec"]["scaleTargetRef"].update(kind="Deployment"), "spec.scaleTargetRef.kind"),
+    ],
+)
 def test_bad_hpp_names_object_and_field(mutate, field) -> None:
     doc = seed()
     mutate(doc)
@@ -199,9 +261,12 @@ def test_hpp_crd_is_namespaced_and_accepts_the_seed() -> None:
     assert columns["Configured"] == '.status.conditions[?(@.type=="HPAConfigured")].status'
     validator = VALIDATORS["HorizontalPodPrescaler"]
     assert validator.errors(seed()) == []
-    for mutate in (lambda d: d["spec"].pop("scaleTargetRef"), lambda d: d["spec"].update(metrics=[]),
-                   lambda d: d["spec"]["metrics"][0]["target"].update(averageValue="ten"),
-                   lambda d: d["spec"]["metrics"][0].update(extra=1)):
+    for mutate in (
+        lambda d: d["spec"].pop("scaleTargetRef"),
+        lambda d: d["spec"].update(metrics=[]),
+        lambda d: d["spec"]["metrics"][0]["target"].update(averageValue="ten"),
+        lambda d: d["spec"]["metrics"][0].update(extra=1),
+    ):
         doc = seed()
         mutate(doc)
         assert validator.errors(doc), doc

@@ -23,10 +23,12 @@ from tests.fakekube import FakeKube, ResourceType, json_patch
 ROOT = Path(__file__).resolve().parents[2]
 SEED_HPP = ROOT / "examples" / "seed" / "horizontalpodprescaler.yaml"
 SEED_HPA = ROOT / "examples" / "hpa" / "service-a-hpa.yaml"
-HPP_TYPE = ResourceType("prescaler.pingpong.ai", "v1", "horizontalpodprescalers", "HorizontalPodPrescaler", True,
-                        status_subresource=True)
-HPA_TYPE = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True,
-                        status_subresource=True)
+HPP_TYPE = ResourceType(
+    "prescaler.pingpong.ai", "v1", "horizontalpodprescalers", "HorizontalPodPrescaler", True, status_subresource=True
+)
+HPA_TYPE = ResourceType(
+    "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, status_subresource=True
+)
 HPP = ("HorizontalPodPrescaler", "service-a", "service-a")
 
 
@@ -125,8 +127,9 @@ def test_migrate_reads_the_hpa_from_the_cluster_and_applies_nothing(fake: FakeKu
     before = copy.deepcopy(fake.get("HorizontalPodAutoscaler", "service-a-hpa", "service-a"))
     fake.requests.clear()
     out = io.StringIO()
-    assert run(build_parser().parse_args(["migrate", "--hpp", str(SEED_HPP), "--kubeconfig", str(kubeconfig)]),
-               out) == 0
+    assert (
+        run(build_parser().parse_args(["migrate", "--hpp", str(SEED_HPP), "--kubeconfig", str(kubeconfig)]), out) == 0
+    )
     text = out.getvalue()
     manifest = yaml.safe_load(text.split("\n---\n", 1)[1])
     assert manifest["spec"]["metrics"][-1]["external"]["metric"]["name"] == "rps"

@@ -41,8 +41,7 @@ def test_metric_name_conflict_and_its_end_become_events(fake: FakeKube) -> None:
     async def go():
         engine = await loaded_engine([older, newer], now=NOW)
         recorder = EventRecorder(fake.api_client(), clock=clock)
-        writer = StatusWriter(fake.api_client(), engine.status.current, min_interval=0.0, clock=clock,
-                              events=recorder)
+        writer = StatusWriter(fake.api_client(), engine.status.current, min_interval=0.0, clock=clock, events=recorder)
         engine.status.refresh()
         writer.sync_once()
         during = events_of(fake, "rps-new"), events_of(fake, "rps-old")
@@ -54,6 +53,7 @@ def test_metric_name_conflict_and_its_end_become_events(fake: FakeKube) -> None:
         after = events_of(fake, "rps-new")
         await engine.stop()
         return during, after, fake.get("VirtualMetric", "rps-new")["status"]
+
     (conflict_events, winner_events), after, status = run(go())
     assert [e["reason"] for e in conflict_events] == ["MetricNameConflict"]
     event = conflict_events[0]
@@ -68,8 +68,9 @@ def test_metric_name_conflict_and_its_end_become_events(fake: FakeKube) -> None:
 
 def test_events_are_rate_limited_per_object_and_overall(fake: FakeKube) -> None:
     clock = Clock()
-    recorder = EventRecorder(fake.api_client(), per_object_interval=60, per_object_burst=2, burst=4,
-                             rate_per_second=0.01, clock=clock)
+    recorder = EventRecorder(
+        fake.api_client(), per_object_interval=60, per_object_burst=2, burst=4, rate_per_second=0.01, clock=clock
+    )
     up = {"conditions": [{"type": "Ready", "status": "True", "reason": "Serving", "message": ""}]}
     down = {"conditions": [{"type": "Ready", "status": "False", "reason": "Stale", "message": "no data"}]}
     flaps = 0
@@ -104,8 +105,12 @@ def test_unchanged_and_fresh_true_conditions_send_nothing() -> None:
 
 def test_event_api_failures_never_stop_status_writes(fake: FakeKube) -> None:
     fake.inject_error("POST", "/events$", code=403, times=5)
-    desired = {("VirtualMetric", "rps"): (1, {"conditions": [
-        {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": "bad"}]})}
+    desired = {
+        ("VirtualMetric", "rps"): (
+            1,
+            {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": "bad"}]},
+        )
+    }
     fake.apply({"apiVersion": API, "kind": "VirtualMetric", "metadata": {"name": "rps"}, "spec": {}})
     recorder = EventRecorder(fake.api_client())
     writer = StatusWriter(fake.api_client(), lambda: desired, min_interval=0.0, events=recorder)

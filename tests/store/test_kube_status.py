@@ -51,8 +51,14 @@ class Desired:
 @pytest.fixture()
 def fake():
     with FakeKube() as server:
-        server.apply({"apiVersion": API, "kind": "VirtualMetricEvent", "metadata": {"name": "stage"},
-                      "spec": {"source": {"api": {"url": "https://x.invalid"}}, "metrics": []}})
+        server.apply(
+            {
+                "apiVersion": API,
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": "stage"},
+                "spec": {"source": {"api": {"url": "https://x.invalid"}}, "metrics": []},
+            }
+        )
         server.apply({"apiVersion": API, "kind": "VirtualMetric", "metadata": {"name": "rps"}, "spec": {}})
         yield server
 
@@ -62,9 +68,16 @@ def patches(fake: FakeKube, name: str | None = None) -> list:
 
 
 def vme_status(ready: str = "True", message: str = "", ltt: str | None = None, fetched: str = "t1") -> dict:
-    return {"conditions": [cond("Ready", ready, message=message, ltt=ltt), cond("SourceHealthy", "True"),
-                           cond("ExpressionsValid", "True")],
-            "lastSuccessfulFetchTime": fetched, "itemCount": 3, "stale": False}
+    return {
+        "conditions": [
+            cond("Ready", ready, message=message, ltt=ltt),
+            cond("SourceHealthy", "True"),
+            cond("ExpressionsValid", "True"),
+        ],
+        "lastSuccessfulFetchTime": fetched,
+        "itemCount": 3,
+        "stale": False,
+    }
 
 
 def writer(fake: FakeKube, desired: Any, **kwargs: Any) -> StatusWriter:
@@ -80,8 +93,9 @@ def test_writes_status_of_both_kinds_with_defaults_filled_in(fake):
     stored = fake.get(*VME)["status"]
     assert stored["observedGeneration"] == 1 and stored["itemCount"] == 3 and stored["stale"] is False
     assert [c["type"] for c in stored["conditions"]] == ["Ready", "SourceHealthy", "ExpressionsValid"]
-    assert all(c["lastTransitionTime"] == "2024-01-01T00:00:00Z" and c["observedGeneration"] == 1
-               for c in stored["conditions"])
+    assert all(
+        c["lastTransitionTime"] == "2024-01-01T00:00:00Z" and c["observedGeneration"] == 1 for c in stored["conditions"]
+    )
     assert fake.get(*VM)["status"] == {"targets": [{"namespace": "a", "name": "svc"}], "observedGeneration": 1}
     assert fake.get(*VM)["metadata"]["generation"] == 1
     assert all(r.headers["content-type"] == "application/merge-patch+json" for r in patches(fake))
@@ -108,8 +122,9 @@ def test_a_fresh_writer_reads_the_server_and_does_not_rewrite_an_equal_status(fa
     desired = Desired({VME: (1, vme_status())})
     writer(fake, desired).sync_once()
     # A restarted replica whose engine stamps "now" on conditions finds the same status: no write.
-    later = writer(fake, Desired({VME: (1, vme_status(ltt="2030-01-01T00:00:00Z"))}),
-                   now=lambda: "2030-01-01T00:00:00Z")
+    later = writer(
+        fake, Desired({VME: (1, vme_status(ltt="2030-01-01T00:00:00Z"))}), now=lambda: "2030-01-01T00:00:00Z"
+    )
     later.sync_once()
     assert len(patches(fake)) == 1
     # It read the object itself: deploy/rbac.yaml grants get on the resource but only update/patch on
@@ -228,8 +243,9 @@ def test_two_replicas_with_a_lease_only_the_holder_writes_then_takeover(fake):
     fake.accepted_tokens |= {"replica-a", "replica-b"}
     replicas = {}
     for token in ("replica-a", "replica-b"):
-        elector = LeaseElector(fake.api_client(token), "prescaler", identity=token,
-                               lease_duration=10.0, renew_interval=0.1)
+        elector = LeaseElector(
+            fake.api_client(token), "prescaler", identity=token, lease_duration=10.0, renew_interval=0.1
+        )
         desired = Desired({VME: (1, vme_status(fetched=f"{token}-1"))})
         w = StatusWriter(fake.api_client(token), desired, elector=elector, min_interval=0.0, idle_poll=0.1)
         replicas[token] = (w, desired, elector)

@@ -20,10 +20,17 @@ def vm(name: str, default: float = 0) -> dict:
 
 
 def vme(name: str, expression: str = "x") -> dict:
-    return {"apiVersion": API, "kind": "VirtualMetricEvent", "metadata": {"name": name},
-            "spec": {"source": {"api": {"url": "https://example.invalid/"}},
-                     "metrics": [{"name": "rps", "resource": {"name": "a", "namespace": "a"},
-                                  "value": {"expression": expression}}]}}
+    return {
+        "apiVersion": API,
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"api": {"url": "https://example.invalid/"}},
+            "metrics": [
+                {"name": "rps", "resource": {"name": "a", "namespace": "a"}, "value": {"expression": expression}}
+            ],
+        },
+    }
 
 
 class RecordingSink:
@@ -198,8 +205,9 @@ def test_gone_error_event_on_open_watch(fake, started):
     FakeKube.wait_for(lambda: sink.names("VirtualMetric") == {"x"}, WAIT)
     fake.compact()
     fake.expire_watches()
-    FakeKube.wait_for(lambda: store.list_count("VirtualMetric") >= 2 and store.list_count("VirtualMetricEvent") >= 2,
-                      WAIT)
+    FakeKube.wait_for(
+        lambda: store.list_count("VirtualMetric") >= 2 and store.list_count("VirtualMetricEvent") >= 2, WAIT
+    )
     assert sink.names("VirtualMetric") == {"x"}
 
 

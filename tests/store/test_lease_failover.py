@@ -68,9 +68,14 @@ def test_defaults_leave_room_for_failover_within_20_seconds(fake):
 
 
 def test_follower_looks_more_often_than_the_holder_renews(fake):
-    elector = LeaseElector(fake.api_client(), "ns", "pace", identity="x", lease_duration=15, renew_interval=5,
-                           retry_interval=2)
+    elector = LeaseElector(
+        fake.api_client(), "ns", "pace", identity="x", lease_duration=15, renew_interval=5, retry_interval=2
+    )
     assert elector.next_attempt_in(True) == 5 and elector.next_attempt_in(False) == 2
     # A retry interval longer than the renewal pace makes no sense: capped.
-    assert LeaseElector(fake.api_client(), "ns", "cap", identity="y", renew_interval=1,
-                        retry_interval=3).next_attempt_in(False) == 1
+    assert (
+        LeaseElector(fake.api_client(), "ns", "cap", identity="y", renew_interval=1, retry_interval=3).next_attempt_in(
+            False
+        )
+        == 1
+    )

@@ -15,12 +15,22 @@ from adapter.store.manifests import ManifestError, ManifestStore, load_documents
 
 
 def event(name: str, targets: int) -> dict[str, Any]:
-    return {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent",
-            "metadata": {"name": name, "labels": {"team": "a"}},
-            "spec": {"source": {"schedule": {"items": [{"start": 1700000000, "end": 1700003600,
-                                                         "values": {"n": 1.5, "id": "x\u00e9\\/"}}]}},
-                     "metrics": [{"name": "rps", "resource": {"name": f"svc-{i}", "namespace": "apps"},
-                                  "value": {"expression": "n * 2"}} for i in range(targets)]}}
+    return {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": name, "labels": {"team": "a"}},
+        "spec": {
+            "source": {
+                "schedule": {
+                    "items": [{"start": 1700000000, "end": 1700003600, "values": {"n": 1.5, "id": "x\u00e9\\/"}}]
+                }
+            },
+            "metrics": [
+                {"name": "rps", "resource": {"name": f"svc-{i}", "namespace": "apps"}, "value": {"expression": "n * 2"}}
+                for i in range(targets)
+            ],
+        },
+    }
 
 
 class RecordingSink:
@@ -31,8 +41,9 @@ class RecordingSink:
         self.calls.append((kind, [d["metadata"]["name"] for d in docs]))
 
 
-def test_json_shaped_yaml_is_read_without_pyyaml_and_equals_the_yaml_reading(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_json_shaped_yaml_is_read_without_pyyaml_and_equals_the_yaml_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     doc = event("big", 50)
     path = tmp_path / "big.yaml"
     path.write_text("\n  " + json.dumps(doc, indent=1) + "\n")
@@ -45,11 +56,14 @@ def test_json_shaped_yaml_is_read_without_pyyaml_and_equals_the_yaml_reading(tmp
     assert load_documents(path) == expected
 
 
-@pytest.mark.parametrize("text", [
-    '{"kind": "VirtualMetric", "metadata": {"name": "x"}, "spec": {"value": NaN}}',  # not JSON: YAML's string
-    "{kind: VirtualMetric, metadata: {name: x}}",  # flow YAML, not JSON
-    '{"kind": "VirtualMetric", "metadata": {"name": "x"}}\n---\n{"kind": "VirtualMetric", "metadata": {"name": "y"}}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"kind": "VirtualMetric", "metadata": {"name": "x"}, "spec": {"value": NaN}}',  # not JSON: YAML's string
+        "{kind: VirtualMetric, metadata: {name: x}}",  # flow YAML, not JSON
+        '{"kind": "VirtualMetric", "metadata": {"name": "x"}}\n---\n{"kind": "VirtualMetric", "metadata": {"name": "y"}}',
+    ],
+)
 def test_text_that_is_not_one_json_object_is_read_as_yaml(tmp_path: Path, text: str) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(text)
@@ -67,8 +81,11 @@ def test_size_limit_is_the_flag_and_the_error_names_it(tmp_path: Path) -> None:
     path = tmp_path / "big.json"
     path.write_text(json.dumps(event("big", 2000)))
     size = path.stat().st_size
-    with pytest.raises(ManifestError, match=rf"{size} bytes is larger than the limit of 1000 bytes "
-                                            r"\(raise it with --max-manifest-bytes\)"):
+    with pytest.raises(
+        ManifestError,
+        match=rf"{size} bytes is larger than the limit of 1000 bytes "
+        r"\(raise it with --max-manifest-bytes\)",
+    ):
         load_documents(path, max_bytes=1000)
     sink = RecordingSink()
     store = ManifestStore(sink, [str(tmp_path)], max_file_bytes=1000)

@@ -42,6 +42,7 @@ def _touch(path: Path, text: str) -> None:
     path.write_text(text)
     stamp = time.time() + 1
     import os
+
     os.utime(path, (stamp, stamp))
 
 
@@ -73,11 +74,14 @@ def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
         ManifestStore(RecordingSink(), [str(tmp_path / "nope")])
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("- a\n- b\n", "not a mapping"),
-    ("a: b\n---\n[1, 2]\n", "document 2 is not a mapping"),
-    ("key: {\n", "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("- a\n- b\n", "not a mapping"),
+        ("a: b\n---\n[1, 2]\n", "document 2 is not a mapping"),
+        ("key: {\n", "invalid YAML"),
+    ],
+)
 def test_load_documents_errors(tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(text)
@@ -107,15 +111,22 @@ def test_engine_follows_file_changes(tmp_path: Path) -> None:
         await store.stop()
         await engine.stop()
         return first, second
+
     assert run(go()) == (4.0, 9.0)
 
 
 # ---------------------------------------------------------------- hostile files and objects
 
+
 def _laughs(levels: int) -> str:
     """A "billion laughs" Secret: each level lists the previous one 9 times (9**levels strings)."""
-    lines = ["apiVersion: v1", "kind: Secret", "metadata: {name: lol, namespace: apps}", "stringData:",
-             '  l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines = [
+        "apiVersion: v1",
+        "kind: Secret",
+        "metadata: {name: lol, namespace: apps}",
+        "stringData:",
+        '  l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
+    ]
     for level in range(1, levels):
         lines.append(f"  l{level}: &l{level} [{','.join([f'*l{level - 1}'] * 9)}]")
     return "\n".join(lines) + "\n"
@@ -145,14 +156,16 @@ def test_alias_bomb_keeps_the_other_files_working(tmp_path: Path) -> None:
 
 def test_ordinary_anchors_and_aliases_still_load(tmp_path: Path) -> None:
     path = tmp_path / "anchors.yaml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         kind: VirtualMetricEvent
         metadata: {name: e, labels: &labels {team: a, tier: web}}
         spec:
           metrics:
             - {name: rps, resource: {name: a, namespace: ns}, labels: *labels}
             - {name: rps, resource: {name: b, namespace: ns}, labels: *labels}
-        """))
+        """)
+    )
     [doc] = load_documents(path)
     assert doc["spec"]["metrics"][1]["labels"] == {"team": "a", "tier": "web"}
 
@@ -188,15 +201,17 @@ class PickySink(RecordingSink):
 def test_one_object_the_sink_cannot_take_never_blocks_the_others(tmp_path: Path) -> None:
     sink = PickySink()
     _touch(tmp_path / "a.yaml", GOOD % 1)
-    _touch(tmp_path / "bad.yaml", "kind: VirtualMetric\nmetadata: {name: bad}\nspec: {}\n"
-           "---\nkind: VirtualMetricEvent\nmetadata: {name: ev}\nspec: {}\n")
+    _touch(
+        tmp_path / "bad.yaml",
+        "kind: VirtualMetric\nmetadata: {name: bad}\nspec: {}\n"
+        "---\nkind: VirtualMetricEvent\nmetadata: {name: ev}\nspec: {}\n",
+    )
     store = ManifestStore(sink, [str(tmp_path)])
     assert store.poll() is True  # no exception
     assert sink.calls == [("VirtualMetric", ["rps"]), ("VirtualMetricEvent", ["ev"])]
 
 
-def test_an_unexpected_error_loading_one_file_keeps_the_others(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unexpected_error_loading_one_file_keeps_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import adapter.store.manifests as manifests
 
     real = manifests.load_documents

@@ -26,25 +26,63 @@ V1 = "/apis/external.metrics.k8s.io/v1beta1"
 
 def staircase(start: int) -> list[dict]:
     """Items whose value changes every BREAK_SECONDS, from `start` for WINDOW seconds."""
-    return [{"start": start + i, "end": start + i + BREAK_SECONDS, "values": {"n": (i // BREAK_SECONDS) % 9 + 1},
-             "id": f"step-{i}"} for i in range(0, WINDOW, BREAK_SECONDS)]
+    return [
+        {
+            "start": start + i,
+            "end": start + i + BREAK_SECONDS,
+            "values": {"n": (i // BREAK_SECONDS) % 9 + 1},
+            "id": f"step-{i}",
+        }
+        for i in range(0, WINDOW, BREAK_SECONDS)
+    ]
 
 
 def write_manifests(directory: Path, url: str, start: int) -> None:
     docs = [
-        {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-         "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"}},
-        {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps-ahead"},
-         "spec": {"name": "rps-ahead", "defaultValue": 0, "mergeStrategy": "Max", "leadTime": "4s"}},
-        {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "announced"},
-         "spec": {"source": {"api": {"url": url}, "interval": "1s"},
-                  "metrics": [{"name": m, "resource": {"name": f"svc-{i}", "namespace": "apps"},
-                               "value": {"expression": f"n * {i + 1}"}} for m in ("rps", "rps-ahead")
-                              for i in range(3)]}},
-        {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "planned"},
-         "spec": {"source": {"schedule": {"items": staircase(start)}},
-                  "metrics": [{"name": "rps", "resource": {"name": "svc-0", "namespace": "apps"},
-                               "value": {"expression": "n * 100"}}]}},
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps"},
+            "spec": {"name": "rps", "defaultValue": 0, "mergeStrategy": "Sum"},
+        },
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetric",
+            "metadata": {"name": "rps-ahead"},
+            "spec": {"name": "rps-ahead", "defaultValue": 0, "mergeStrategy": "Max", "leadTime": "4s"},
+        },
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": "announced"},
+            "spec": {
+                "source": {"api": {"url": url}, "interval": "1s"},
+                "metrics": [
+                    {
+                        "name": m,
+                        "resource": {"name": f"svc-{i}", "namespace": "apps"},
+                        "value": {"expression": f"n * {i + 1}"},
+                    }
+                    for m in ("rps", "rps-ahead")
+                    for i in range(3)
+                ],
+            },
+        },
+        {
+            "apiVersion": "prescaler.pingpong.ai/v1",
+            "kind": "VirtualMetricEvent",
+            "metadata": {"name": "planned"},
+            "spec": {
+                "source": {"schedule": {"items": staircase(start)}},
+                "metrics": [
+                    {
+                        "name": "rps",
+                        "resource": {"name": "svc-0", "namespace": "apps"},
+                        "value": {"expression": "n * 100"},
+                    }
+                ],
+            },
+        },
     ]
     (directory / "objects.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
 
@@ -75,10 +113,18 @@ def test_two_replicas_serve_identical_values_at_the_same_instants(tmp_path: Path
             time.sleep(0.2)
 
         # Explicit evaluation times: the same series, instant by instant.
-        params = {"metric": "rps-ahead", "namespace": "apps", "resource": "svc-2", "start": str(start - 5),
-                  "duration": f"{WINDOW + 10}s", "step": "0.5s"}
-        series = [[(s["unix"], s["value"]) for s in r.get("/prescaler/v1/preview", params=params).json()["steps"]]
-                  for r in replicas]
+        params = {
+            "metric": "rps-ahead",
+            "namespace": "apps",
+            "resource": "svc-2",
+            "start": str(start - 5),
+            "duration": f"{WINDOW + 10}s",
+            "step": "0.5s",
+        }
+        series = [
+            [(s["unix"], s["value"]) for s in r.get("/prescaler/v1/preview", params=params).json()["steps"]]
+            for r in replicas
+        ]
         assert series[0] == series[1]
         assert len({v for _, v in series[0]}) >= 5  # the series really moves
 

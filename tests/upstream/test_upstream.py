@@ -24,8 +24,12 @@ from tests.pki import TestPKI
 from tests.upstream_server import TOKEN, UpstreamServer
 
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
-OWN = [metric("rps"), schedule_event("stage", [{"start": NOW, "end": NOW + 60, "values": {"m": 5}}],
-                                     [entry("service-a", "service-a", "m * 2")])]
+OWN = [
+    metric("rps"),
+    schedule_event(
+        "stage", [{"start": NOW, "end": NOW + 60, "values": {"m": 5}}], [entry("service-a", "service-a", "m * 2")]
+    ),
+]
 KEDA_PATH = f"{V1}/namespaces/service-a/keda-metric?labelSelector=scaledobject.keda.sh%2Fname%3Dworker"
 
 
@@ -66,9 +70,16 @@ async def scenario(passthrough: Passthrough, body: Any) -> Any:
 
 def test_forwards_other_metrics_with_own_identity_same_path_and_query(pki, upstream, tmp_path) -> None:
     async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
-        r = await c.get(KEDA_PATH, headers={"Authorization": "Bearer caller-secret", "X-Remote-User": "admin",
-                                             "X-Remote-Group": "system:masters", "Cookie": "s=1",
-                                             "Impersonate-User": "root"})
+        r = await c.get(
+            KEDA_PATH,
+            headers={
+                "Authorization": "Bearer caller-secret",
+                "X-Remote-User": "admin",
+                "X-Remote-Group": "system:masters",
+                "Cookie": "s=1",
+                "Impersonate-User": "root",
+            },
+        )
         assert r.status_code == 200, r.text
         assert r.json()["items"][0]["metricLabels"] == {"selector": "scaledobject.keda.sh/name=worker"}
         own = await c.get(f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a")
@@ -86,13 +97,20 @@ def test_upstream_answers_pass_through_unchanged(pki, upstream, tmp_path) -> Non
     async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
         direct_ctx = pki.ssl_context(client=None)
         async with httpx.AsyncClient(verify=direct_ctx) as direct:
-            for mode, path in (("ok", f"{V1}/namespaces/x/unknown-to-both"), ("error500", KEDA_PATH),
-                               ("garbage", KEDA_PATH), ("ok", KEDA_PATH)):
+            for mode, path in (
+                ("ok", f"{V1}/namespaces/x/unknown-to-both"),
+                ("error500", KEDA_PATH),
+                ("garbage", KEDA_PATH),
+                ("ok", KEDA_PATH),
+            ):
                 upstream.mode = mode
                 via = await c.get(path)
                 straight = await direct.get(upstream.url + path, headers={"Authorization": f"Bearer {TOKEN}"})
-                assert (via.status_code, via.content, via.headers["content-type"]) == \
-                    (straight.status_code, straight.content, straight.headers["content-type"]), mode
+                assert (via.status_code, via.content, via.headers["content-type"]) == (
+                    straight.status_code,
+                    straight.content,
+                    straight.headers["content-type"],
+                ), mode
         assert upstream.mode == "ok"
 
     run(scenario(Passthrough(config(pki, upstream.url, tmp_path)), body))
@@ -214,8 +232,14 @@ def test_client_certificate_identity(pki, tmp_path) -> None:
         async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
             assert (await c.get(KEDA_PATH)).status_code == 200
 
-        run(scenario(Passthrough(config(pki, up.url, tmp_path, token_file=None, client_cert_file=str(cert),
-                                        client_key_file=str(key))), body))
+        run(
+            scenario(
+                Passthrough(
+                    config(pki, up.url, tmp_path, token_file=None, client_cert_file=str(cert), client_key_file=str(key))
+                ),
+                body,
+            )
+        )
 
         async def rejected(c: httpx.AsyncClient, p: Passthrough) -> None:
             assert (await c.get(KEDA_PATH)).status_code == 503  # TLS handshake refused: no usable answer
@@ -249,14 +273,17 @@ def test_metrics_exposition(pki, upstream, tmp_path) -> None:
     assert b"prescaler_upstream_shadowed_metrics" in generate_latest(REGISTRY)
 
 
-@pytest.mark.parametrize("kwargs, flag", [
-    ({"url": "ftp://x"}, "--upstream-external-metrics-url"),
-    ({"url": "https://x?a=b"}, "--upstream-external-metrics-url"),
-    ({"url": "https://x", "timeout": 0}, "--upstream-timeout"),
-    ({"url": "https://x", "client_cert_file": "/etc/hostname"}, "--upstream-client-key-file"),
-    ({"url": "https://x", "ca_file": "/nonexistent/ca.crt"}, "--upstream-ca-file"),
-    ({"url": "https://x", "max_connections": 0}, "--upstream-max-connections"),
-])
+@pytest.mark.parametrize(
+    "kwargs, flag",
+    [
+        ({"url": "ftp://x"}, "--upstream-external-metrics-url"),
+        ({"url": "https://x?a=b"}, "--upstream-external-metrics-url"),
+        ({"url": "https://x", "timeout": 0}, "--upstream-timeout"),
+        ({"url": "https://x", "client_cert_file": "/etc/hostname"}, "--upstream-client-key-file"),
+        ({"url": "https://x", "ca_file": "/nonexistent/ca.crt"}, "--upstream-ca-file"),
+        ({"url": "https://x", "max_connections": 0}, "--upstream-max-connections"),
+    ],
+)
 def test_bad_configuration_names_the_flag(kwargs, flag) -> None:
     with pytest.raises(UpstreamConfigError, match=flag):
         UpstreamConfig(**kwargs)
@@ -283,9 +310,11 @@ def test_shadowing_virtual_metric_gets_a_status_condition(pki, upstream, tmp_pat
 
     async def body(c: httpx.AsyncClient, p: Passthrough) -> None:
         p.on_shadowed_change = lambda: notified.append(True)
-        desired = {("VirtualMetric", "requests"): (2, {"conditions": [{"type": "Ready", "status": "True"}]}),
-                   ("VirtualMetric", "other"): (1, {"conditions": []}),
-                   ("VirtualMetricEvent", "rps"): (1, {"conditions": []})}
+        desired = {
+            ("VirtualMetric", "requests"): (2, {"conditions": [{"type": "Ready", "status": "True"}]}),
+            ("VirtualMetric", "other"): (1, {"conditions": []}),
+            ("VirtualMetricEvent", "rps"): (1, {"conditions": []}),
+        }
         combined = with_shadow_conditions(lambda: desired, p, lambda: {"requests": "rps", "other": "other"})
         assert combined() == desired  # nothing known about the upstream yet
         await p.refresh_discovery()

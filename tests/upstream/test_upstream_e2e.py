@@ -31,13 +31,29 @@ class Prescaler:
         now = int(time.time())
         manifests = tmp / "manifests"
         manifests.mkdir()
-        docs = [{"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetric", "metadata": {"name": "rps"},
-                 "spec": {"defaultValue": 0}},
-                {"apiVersion": "prescaler.pingpong.ai/v1", "kind": "VirtualMetricEvent", "metadata": {"name": "cal"},
-                 "spec": {"source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600,
-                                                             "values": {"m": 7}}]}},
-                          "metrics": [{"name": "rps", "resource": {"name": "service-a", "namespace": "service-a"},
-                                       "value": {"expression": "m"}}]}}]
+        docs = [
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetric",
+                "metadata": {"name": "rps"},
+                "spec": {"defaultValue": 0},
+            },
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": "cal"},
+                "spec": {
+                    "source": {"schedule": {"items": [{"start": now - 60, "end": now + 3600, "values": {"m": 7}}]}},
+                    "metrics": [
+                        {
+                            "name": "rps",
+                            "resource": {"name": "service-a", "namespace": "service-a"},
+                            "value": {"expression": "m"},
+                        }
+                    ],
+                },
+            },
+        ]
         (manifests / "objects.yaml").write_text(yaml.safe_dump_all(docs))
         (tmp / "callers.csv").write_text(f'{CALLER},hpa-controller,uid-1,"system:serviceaccounts"\n')
         (tmp / "upstream-token").write_text(TOKEN)
@@ -46,20 +62,50 @@ class Prescaler:
         self.log_path = tmp / "serve.log"
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "adapter.cli", "serve", "--manifests", str(manifests),
-             "--secure-port", str(self.port), "--bind-address", "127.0.0.1",
-             "--tls-cert-file", str(pki.serving_cert_file), "--tls-private-key-file", str(pki.serving_key_file),
-             "--token-auth-file", str(tmp / "callers.csv"),
-             "--upstream-external-metrics-url", upstream_url, "--upstream-ca-file", str(pki.serving_ca_file),
-             "--upstream-token-file", str(tmp / "upstream-token"), "--upstream-timeout", str(timeout),
-             "--upstream-max-connections", "2", "--upstream-discovery-interval", "1"],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "adapter.cli",
+                "serve",
+                "--manifests",
+                str(manifests),
+                "--secure-port",
+                str(self.port),
+                "--bind-address",
+                "127.0.0.1",
+                "--tls-cert-file",
+                str(pki.serving_cert_file),
+                "--tls-private-key-file",
+                str(pki.serving_key_file),
+                "--token-auth-file",
+                str(tmp / "callers.csv"),
+                "--upstream-external-metrics-url",
+                upstream_url,
+                "--upstream-ca-file",
+                str(pki.serving_ca_file),
+                "--upstream-token-file",
+                str(tmp / "upstream-token"),
+                "--upstream-timeout",
+                str(timeout),
+                "--upstream-max-connections",
+                "2",
+                "--upstream-discovery-interval",
+                "1",
+            ],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         self.wait_for(lambda: self.get("/readyz").status_code == 200, "ready")
 
     def get(self, path: str, token: str | None = CALLER, timeout: float = 30) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.get(f"https://127.0.0.1:{self.port}{path}", headers=headers, timeout=timeout,
-                         verify=ssl.create_default_context(cafile=str(self.pki.serving_ca_file)))
+        return httpx.get(
+            f"https://127.0.0.1:{self.port}{path}",
+            headers=headers,
+            timeout=timeout,
+            verify=ssl.create_default_context(cafile=str(self.pki.serving_ca_file)),
+        )
 
     def wait_for(self, predicate, what: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -100,8 +146,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[Prescaler, UpstreamServer]]:
 
 def test_passthrough_over_https_end_to_end(stack) -> None:
     prescaler, upstream = stack
-    prescaler.wait_for(lambda: [r["name"] for r in prescaler.get(V1).json()["resources"]] == ["keda-metric", "rps"],
-                       "listing the upstream's metrics")
+    prescaler.wait_for(
+        lambda: [r["name"] for r in prescaler.get(V1).json()["resources"]] == ["keda-metric", "rps"],
+        "listing the upstream's metrics",
+    )
     own = prescaler.get(OWN_PATH)
     assert own.status_code == 200 and own.json()["items"][0]["value"] == "7"
     forwarded = prescaler.get(KEDA_PATH)
@@ -141,8 +189,10 @@ def test_hanging_upstream_never_slows_own_metrics(stack) -> None:
 
 def test_upstream_down_gets_503_while_discovery_serves_its_cached_names(stack) -> None:
     prescaler, upstream = stack
-    prescaler.wait_for(lambda: [r["name"] for r in prescaler.get(V1).json()["resources"]] == ["keda-metric", "rps"],
-                       "listing the upstream's metrics")
+    prescaler.wait_for(
+        lambda: [r["name"] for r in prescaler.get(V1).json()["resources"]] == ["keda-metric", "rps"],
+        "listing the upstream's metrics",
+    )
     upstream.stop()
     # Down: 503 for forwarded metrics, discovery still lists the cached upstream names.
     assert prescaler.get(KEDA_PATH).status_code == 503
