@@ -4,7 +4,8 @@
   logged once per problem (not per status refresh); the conditions themselves come from
   adapter.pipeline.status.
 - A query for a target nothing feeds (a typo in an HPA's selector): served the default by
-  adapter.pipeline.query, logged once per target here and listed, the most recent
+  adapter.pipeline.query, logged once per target here (at most UNKNOWN_LOG_BURST new ones per
+  UNKNOWN_LOG_WINDOW, then one line with how many were left out) and listed, the most recent
   MAX_UNKNOWN_TARGETS per metric, in the VirtualMetric's `status.unknownTargets`.
 - Readiness at startup: every source's first fetch finished (StartupGate).
 
@@ -26,13 +27,21 @@ log = logging.getLogger("prescaler.engine")
 
 MAX_UNKNOWN_TARGETS = 20  # listed per VirtualMetric status (the most recently queried)
 MAX_LOGGED_UNKNOWN = 10_000  # targets remembered as already logged (then the memory starts over)
+# A selector may name thousands of targets (`resource in (...)`), and any client may send one: the
+# log says at most this many new unknown targets per window, then one line with how many it left out.
+UNKNOWN_LOG_BURST = 10
+UNKNOWN_LOG_WINDOW = 60.0  # seconds
 
 
 class Notices:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         # metric -> "namespace/name" queried that nothing feeds, least recently queried first
         self.unknown_targets: dict[str, OrderedDict[str, None]] = {}
         self._logged_unknown: set[tuple[str, str]] = set()
+        self._clock = clock
+        self._window_start = -float("inf")
+        self._logged_in_window = 0
+        self._left_out = 0  # new unknown targets not logged in the current window
         self._warned: dict[str, frozenset[str]] = {}  # event -> warnings already logged
 
     def observe(self, result: Outcome, metric: str, namespace: str, on_new: Callable[[], None]) -> None:
@@ -62,13 +71,31 @@ class Notices:
                 if len(self._logged_unknown) >= MAX_LOGGED_UNKNOWN:
                     self._logged_unknown.clear()
                 self._logged_unknown.add((metric, target))
-                log.warning(
-                    "query for metric %s target %s: no VirtualMetricEvent feeds it, serving the "
-                    "defaultValue (a typo in the HPA's selector or namespace?)",
-                    metric,
-                    target,
-                )
+                self._log_unknown(metric, target)
         return added
+
+    def _log_unknown(self, metric: str, target: str) -> None:
+        now = self._clock()
+        if now - self._window_start >= UNKNOWN_LOG_WINDOW:
+            if self._left_out:
+                log.warning(
+                    "%d more queried targets that no VirtualMetricEvent feeds were not logged one by one "
+                    "(at most %d per %.0f s; all are counted in prescaler_unknown_target_queries_total)",
+                    self._left_out,
+                    UNKNOWN_LOG_BURST,
+                    UNKNOWN_LOG_WINDOW,
+                )
+            self._window_start, self._logged_in_window, self._left_out = now, 0, 0
+        if self._logged_in_window >= UNKNOWN_LOG_BURST:
+            self._left_out += 1
+            return
+        self._logged_in_window += 1
+        log.warning(
+            "query for metric %s target %s: no VirtualMetricEvent feeds it, serving the "
+            "defaultValue (a typo in the HPA's selector or namespace?)",
+            metric,
+            target,
+        )
 
     def unknown_targets_now(self, published: Published) -> dict[str, list[str]]:
         """Queried targets still unknown (one that an object feeds by now leaves the list)."""

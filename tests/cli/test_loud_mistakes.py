@@ -9,6 +9,7 @@ import pytest
 from adapter import observability as obs
 from adapter.items import Item
 from adapter.labels import parse_selector
+from adapter.pipeline import notices
 from adapter.pipeline.query import Values
 from tests.helpers import NOW, client, entry, loaded_engine, metric, run, schedule_event, settle
 
@@ -204,3 +205,49 @@ def test_manifest_document_of_an_unknown_kind_is_a_warning_logged_once(
     logged = [r.getMessage() for r in caplog.records if "ignored document kind" in r.getMessage()]
     assert len(logged) == 2  # once, not per reload
     assert not any("'HorizontalPod" in w or "ConfigMap" in w for w in store.warnings)  # other and own kinds
+
+
+def test_a_selector_naming_hundreds_of_unknown_targets_logs_a_bounded_number_of_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Any client may send `resource in (t0,...,t249)`: every target is served, the log stays short."""
+    event = schedule_event("ok", ITEMS, [entry("service-a", "service-a", "n")])
+    names = ",".join(f"flood-{i}" for i in range(250))
+    before = _sample("prescaler_unknown_target_queries_total", metric="rps")
+
+    async def go():
+        engine = await loaded_engine([metric(), event])
+        async with client(engine) as http:
+            answer = await http.get(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/service-a/rps",
+                params={"labelSelector": f"resource in ({names})"},
+            )
+        await engine.stop()
+        return answer
+
+    with caplog.at_level(logging.WARNING, logger="prescaler"):
+        answer = run(go())
+    assert answer.status_code == 200 and len(answer.json()["items"]) == 250
+    assert _sample("prescaler_unknown_target_queries_total", metric="rps") - before == 1
+    flood = [r.getMessage() for r in caplog.records if "flood-" in r.getMessage()]
+    assert len(flood) == notices.UNKNOWN_LOG_BURST, len(flood)
+
+
+def test_unknown_targets_left_out_of_the_log_are_summed_up_in_the_next_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [1000.0]
+    board = notices.Notices(clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="prescaler"):
+        board.note_unknown("rps", "ns", [f"a-{i}" for i in range(25)])
+        board.note_unknown("rps", "ns", ["a-0"])  # already logged: never again
+        now[0] += notices.UNKNOWN_LOG_WINDOW
+        board.note_unknown("rps", "ns", ["b-0"])
+    messages = [r.getMessage() for r in caplog.records]
+    one_by_one = [m for m in messages if "no VirtualMetricEvent feeds it" in m]
+    assert [m.split("target ")[1].split(":")[0] for m in one_by_one] == [
+        *(f"ns/a-{i}" for i in range(notices.UNKNOWN_LOG_BURST)),
+        "ns/b-0",
+    ]
+    summary = [m for m in messages if "were not logged one by one" in m]
+    assert len(summary) == 1 and summary[0].startswith(f"{25 - notices.UNKNOWN_LOG_BURST} more")
