@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
 import random
 import re
@@ -32,11 +33,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -148,48 +149,70 @@ class Server:
             self.proc.wait(5)
 
 
+def _sample_until_stopped(url: str, interval: float, stop: Any, out: Any) -> None:
+    """Child process: GET `url` back to back on one keep-alive connection until `stop` is set."""
+    samples: list[float] = []
+    errors: Counter[str] = Counter()
+    with httpx.Client(verify=False, timeout=5) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                code = client.get(url).status_code
+                if code == 200:
+                    samples.append(time.perf_counter() - started)
+                else:
+                    errors[str(code)] += 1
+            except httpx.HTTPError as exc:
+                errors[type(exc).__name__] += 1
+            stop.wait(interval)
+    out.put((samples, dict(errors)))
+
+
 class LatencySampler:
-    """GETs the value endpoint back to back (keep-alive) in a thread; p50/p99 over the window."""
+    """GETs the value endpoint (the HPA's request) back to back on its own keep-alive connection, in
+    its own process: the attack runs in this process, and its Python work (TLS, parsing) holding the
+    GIL would otherwise delay the sampler and count as server latency. p50/p99 over the window."""
 
     def __init__(self, server: Server, interval: float = 0.01) -> None:
-        self.server = server
-        self.interval = interval
+        context = multiprocessing.get_context("spawn")
         self.samples: list[float] = []
         self.errors: Counter[str] = Counter()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(verify=False, timeout=5) as client:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    code = client.get(self.server.url(VALUE_PATH)).status_code
-                    if code == 200:
-                        self.samples.append(time.perf_counter() - started)
-                    else:
-                        self.errors[str(code)] += 1
-                except httpx.HTTPError as exc:
-                    self.errors[type(exc).__name__] += 1
-                self._stop.wait(self.interval)
+        self._stop = context.Event()
+        self._out = context.Queue()
+        self._proc = context.Process(
+            target=_sample_until_stopped,
+            args=(server.url(VALUE_PATH), interval, self._stop, self._out),
+            daemon=True,
+        )
 
     def __enter__(self) -> LatencySampler:
-        self._thread.start()
+        self._proc.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(10)
+        samples, errors = self._out.get(timeout=60)
+        self._proc.join(10)
+        self.samples, self.errors = samples, Counter(errors)
+
+    def p99_ms(self) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000 if ordered else float("nan")
 
     def summary(self) -> str:
         if not self.samples:
             return f"no successful samples, errors {dict(self.errors)}"
-        ordered = sorted(self.samples)
-        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         return (
-            f"value endpoint: {len(ordered)} samples, p50 {statistics.median(ordered) * 1000:.1f} ms, "
-            f"p99 {p99 * 1000:.1f} ms, errors {dict(self.errors) or 0}"
+            f"value endpoint: {len(self.samples)} samples, p50 {statistics.median(self.samples) * 1000:.1f} ms, "
+            f"p99 {self.p99_ms():.1f} ms, errors {dict(self.errors) or 0}"
         )
+
+
+def quiet_baseline(server: Server, name: str, seconds: float = 3.0, interval: float = 0.01) -> None:
+    """The same sampler on the same server before the attack: the figure to read the attack's against."""
+    with LatencySampler(server, interval) as sampler:
+        time.sleep(seconds)
+    print(f"[{name}] quiet (before the attack) {sampler.summary()}")
 
 
 def _client_context() -> ssl.SSLContext:
@@ -259,6 +282,7 @@ def server_in(tmp: Path, name: str, extra: list[str] | None = None) -> Iterator[
 def scenario_connections(tmp: Path, name: str, count: int, first_bytes: bytes, wait_close: float) -> None:
     with server_in(tmp, name) as server:
         time.sleep(1)
+        quiet_baseline(server, name)
         before = server.rss()
         with LatencySampler(server) as sampler:
             started = time.monotonic()
@@ -343,6 +367,7 @@ _STATUS = re.compile(rb"HTTP/1\.1 (\d{3}) ")
 def scenario_fuzz(tmp: Path, total: int, seconds: float, per_connection: int = 100) -> None:
     rng = random.Random(14)
     with server_in(tmp, "fuzz") as server:
+        quiet_baseline(server, "fuzz")
         lines_before = server.log_lines()
         before = server.rss()
         peak = before
@@ -390,6 +415,7 @@ def scenario_fuzz(tmp: Path, total: int, seconds: float, per_connection: int = 1
 
 def scenario_churn(tmp: Path, seconds: float) -> None:
     with server_in(tmp, "churn") as server:
+        quiet_baseline(server, "churn", interval=0.002)
         before = server.rss()
         inconsistent = 0
         answers = 0
