@@ -77,13 +77,14 @@ class ExpansionBudget:
             return True
 
     def commit(self, owner: object, count: int) -> None:
-        """The expansion became the snapshot, with `count` items. The calendar keeps what it took
-        (a little more than `count`: expansions take in steps), so its next expansion of the same
-        size always fits."""
+        """The expansion became the snapshot, with `count` items: the calendar holds exactly those
+        (what its expansion took in steps beyond them goes back). Its next expansion of the same size
+        still fits: it reuses its own share, and takes exactly what it needs when a step does not fit."""
         key = id(owner)
         with self._lock:
             before = self._cost(key)
-            self._held[key] = max(count, self._pending.pop(key, 0))
+            self._pending.pop(key, None)
+            self._held[key] = count
             self._sum += self._cost(key) - before
 
     def abandon(self, owner: object) -> None:

@@ -147,7 +147,7 @@ class ScheduleSource(Source[ScheduleConfig]):
             return budget.take(self, count)
 
         try:
-            if not budget.has_room(self, _TAKE_STEP):
+            if not budget.has_room(self, 1):
                 raise BudgetExhausted  # without starting: the others hold everything
             if self.config.windows:
                 items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
@@ -178,7 +178,9 @@ class ScheduleSource(Source[ScheduleConfig]):
         self.context.expansion_budget.release(self)
 
 
-# Items taken from the shared budget at a time (a calendar may hold up to this many more than it uses).
+# Items taken from the shared budget at a time while expanding (fewer lock round trips); when the
+# budget has no room for a whole step, exactly what is needed is taken, and a finished expansion
+# holds exactly its items, so a thousand one-item calendars hold a thousand items, not a million.
 _TAKE_STEP = 1024
 
 
@@ -203,9 +205,12 @@ def expand(
     def reserve(needed: int) -> None:
         nonlocal taken
         while taken < needed:
-            if not take(_TAKE_STEP):
-                raise BudgetExhausted
-            taken += _TAKE_STEP
+            step = _TAKE_STEP
+            if not take(step):
+                step = needed - taken
+                if not take(step):
+                    raise BudgetExhausted
+            taken += step
 
     reserve(len(out))
     for window in config.windows:

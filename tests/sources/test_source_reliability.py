@@ -427,3 +427,23 @@ def test_local_sources_start_at_once_remote_ones_are_spread():
     local_delay, remote_delays = asyncio.run(go())
     assert local_delay == 0.0
     assert sorted(d for d in remote_delays if d is not None)[-1] >= 1.0  # the third waits its turn
+
+
+def test_small_calendars_fill_the_budget_to_the_last_item():
+    """A calendar holds exactly its items, so small calendars are never refused for what they do not
+    use (with a share per calendar of a whole expansion step, 40 of these would need 40 960)."""
+    hourly = {"windows": [{"cron": "0 * * * *", "duration": "1m", "values": {"n": 1}}], "lookahead": "1h"}
+    size = len(asyncio.run(schedule(hourly, SourceContext()).fetch(T0)).items)  # a day back, an hour ahead
+    assert 20 < size < 30
+    context = SourceContext(expansion_budget=ExpansionBudget(total=40 * size + size - 1))
+    sources = [schedule(hourly, context) for _ in range(41)]
+
+    async def run() -> list[FetchResult | BaseException]:
+        return [await _try(source.fetch(T0)) for source in sources]
+
+    *fitting, last = asyncio.run(run())
+    assert all(isinstance(r, FetchResult) and len(r.items) == size for r in fitting)
+    assert context.expansion_budget.used == 40 * size
+    assert isinstance(last, SourceError) and f"{41 * size - 1} items in total" in str(last)
+    # Each one's next expansion still fits in its own share.
+    assert isinstance(asyncio.run(_try(sources[0].fetch(T0 + 3600))), FetchResult)
