@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from adapter import heap
@@ -36,6 +36,7 @@ from adapter.sources.runner import SourceRunner
 from adapter.status_board import StatusBoard
 
 log = logging.getLogger("prescaler.engine")
+STATUS_PIECE = 100  # events per piece of a status refresh (about 4 ms of the loop each)
 
 
 class Engine:
@@ -52,7 +53,7 @@ class Engine:
         self.table = objects.ObjectTable(self.context)
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
         self._handoff = LoopHandOff()  # store and watcher threads call in; state changes on the loop only
-        self.status = StatusBoard(self.statuses)
+        self.status = StatusBoard(self.statuses, pieces=self.status_pieces)
         self.publisher = Publisher(self.table, clock, self._handoff, self.status.changed, rebuild_delay, snapshot_delay)
         self._synced_kinds: set[str] = set()
         self.lead_times: LeadTimes | None = None  # leadTime: Auto, measured at the edge (adapter.store.leadtime)
@@ -160,15 +161,24 @@ class Engine:
     # ---------------------------------------------------------------- status
 
     def statuses(self) -> Statuses:
-        now = self.clock()
-        for name, state in self.events.items():
-            obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
+        return {key: value for piece in self.status_pieces() for key, value in piece.items()}
+
+    def status_pieces(self) -> Iterator[Statuses]:
+        """Every object's status, STATUS_PIECE events at a time: the status board refreshes in pieces
+        with requests answered in between (thousands of objects take tens of milliseconds)."""
+        now, events = self.clock(), list(self.events.items())
         obs.record_invalid_objects(
             sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
-            sum(1 for e in self.events.values() if e.error),
+            sum(1 for _, e in events if e.error),
         )
-        unknown = self.notices.for_status(self.events, self.published)  # logs new problems once
-        return all_statuses(self.metrics, self.events, self.published, now, self.lead_times, unknown)
+        unknown = self.notices.unknown_targets_now(self.published)
+        yield all_statuses(self.metrics, {}, self.published, now, self.lead_times, unknown)
+        for piece in (dict(events[i : i + STATUS_PIECE]) for i in range(0, len(events), STATUS_PIECE)):
+            for name, state in piece.items():
+                obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
+            self.notices.warn_once(piece, self.published)  # logs new problems once
+            yield all_statuses({}, piece, self.published, now)
+        self.notices.forget_gone(self.events.keys())
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 

@@ -26,4 +26,12 @@ class ValidationError(ValueError):
 
 
 class SourceError(RuntimeError):
-    """A fetch that failed; the message is safe to show in status and logs (no secrets)."""
+    """A fetch that failed; the message is safe to show in status and logs (no secrets).
+
+    `retry_soon=False` says retrying sooner than the source's interval cannot help (the object's own
+    configuration is at fault, e.g. a calendar that expands beyond its limit): the runner then skips
+    its quick backoff, which would only burn CPU on the same failure again and again."""
+
+    def __init__(self, message: str, *, retry_soon: bool = True) -> None:
+        super().__init__(message)
+        self.retry_soon = retry_soon

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/reliability.py [--only idle,slow,fuzz,churn] [--connections 1000]
                                           [--fuzz-requests 100000] [--churn-seconds 20]
+                                          [--calendars 1000] [--calendar-seconds 60]
 
 Each scenario starts a fresh server (subprocess, local mode, self-signed TLS on a free port),
 measures its RSS before and during the attack and samples the value endpoint (the HPA's request)
@@ -15,6 +16,9 @@ on its own keep-alive connection the whole time, and prints the figures:
          /apis, server log lines per 1 000 bad requests.
 - churn: load on the value endpoint while the manifests are rewritten continuously; p99 and how
          many answers were inconsistent with either version of the manifests.
+- calendars: N VirtualMetricEvents with cron `* * * * *` (each would expand to more than the
+         per-calendar limit; together far beyond the server's total) added to a running server;
+         RSS and the value endpoint's p99 while they load, fail and retry.
 
 Every loop is bounded by a count and a deadline; the server binds 127.0.0.1 only.
 """
@@ -442,14 +446,55 @@ def scenario_churn(tmp: Path, seconds: float) -> None:
         print(f"[churn] {sampler.summary()}")
 
 
+def scenario_calendars(tmp: Path, count: int, seconds: float) -> None:
+    with server_in(tmp, "calendars") as server:
+        quiet_baseline(server, "calendars")
+        before = server.rss()
+        peak = before
+        docs = [
+            {
+                "apiVersion": "prescaler.pingpong.ai/v1",
+                "kind": "VirtualMetricEvent",
+                "metadata": {"name": f"cal-{i}"},
+                "spec": {
+                    "source": {"schedule": {"windows": [{"cron": "* * * * *", "duration": "1m", "values": {"n": 1}}]}},
+                    "metrics": [
+                        {
+                            "name": "rps",
+                            "resource": {"name": f"cal-{i}", "namespace": "ns-cal"},
+                            "value": {"expression": "n"},
+                        }
+                    ],
+                },
+            }
+            for i in range(count)
+        ]
+        with LatencySampler(server) as sampler:
+            time.sleep(1)
+            staged = server.directory / ".calendars.tmp"
+            staged.write_text(yaml.safe_dump_all(docs))
+            os.replace(staged, server.directory / "calendars.yaml")
+            stop = time.monotonic() + seconds
+            while time.monotonic() < stop:
+                peak = max(peak, server.rss())
+                time.sleep(0.5)
+        print(
+            f"[calendars] {count} calendars of `* * * * *` for {seconds:.0f} s: RSS {before:.0f} -> peak "
+            f"{peak:.0f} -> {server.rss():.0f} MB"
+        )
+        print(f"[calendars] {sampler.summary()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="idle,slow,fuzz,churn")
+    parser.add_argument("--only", default="idle,slow,fuzz,churn,calendars")
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--wait-close", type=float, default=20.0, help="seconds to wait for the server to close")
     parser.add_argument("--fuzz-requests", type=int, default=100_000)
     parser.add_argument("--fuzz-seconds", type=float, default=300.0)
     parser.add_argument("--churn-seconds", type=float, default=20.0)
+    parser.add_argument("--calendars", type=int, default=1000)
+    parser.add_argument("--calendar-seconds", type=float, default=60.0)
     args = parser.parse_args()
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="prescaler-reliability-") as tmp_name:
@@ -462,6 +507,8 @@ def main() -> None:
             scenario_fuzz(tmp, args.fuzz_requests, args.fuzz_seconds)
         if "churn" in only:
             scenario_churn(tmp, args.churn_seconds)
+        if "calendars" in only:
+            scenario_calendars(tmp, args.calendars, args.calendar_seconds)
 
 
 if __name__ == "__main__":

@@ -49,11 +49,6 @@ class Notices:
         if type(result) is Values and result.unknown and self.note_unknown(metric, namespace, result.unknown):
             on_new()
 
-    def for_status(self, events: Mapping[str, EventState], published: Published) -> dict[str, list[str]]:
-        """Before a status refresh: log new problems once; the unknown targets to list, by metric."""
-        self.warn_once(events, published)
-        return self.unknown_targets_now(published)
-
     def note_unknown(self, metric: str, namespace: str, resources: Iterable[str]) -> bool:
         """A query named targets nothing feeds; True when the listed set changed (a status to write)."""
         targets = self.unknown_targets.setdefault(metric, OrderedDict())
@@ -122,7 +117,10 @@ class Notices:
             for text in sorted(new - self._warned.get(name, frozenset())):
                 log.warning("VirtualMetricEvent %s: %s", name, text)
             self._warned[name] = new
-        for gone in self._warned.keys() - events.keys():
+
+    def forget_gone(self, names: Iterable[str]) -> None:
+        """After warn_once has seen every event (in pieces): forget the events that are gone."""
+        for gone in self._warned.keys() - set(names):
             del self._warned[gone]
 
 

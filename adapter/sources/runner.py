@@ -100,6 +100,7 @@ class SourceRunner:
         self._clock = clock
         self._spreader = spreader
         self.health = SourceHealth(started_at=clock())
+        self._retry_soon = True  # False after a failure that only a change of the object can fix
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.first_delay: float | None = None  # the start offset the loop used, for tests and logs
@@ -139,7 +140,7 @@ class SourceRunner:
             raise
         except (SourceError, TimeoutError) as exc:
             message = str(exc) or f"timed out after {self.source.fetch_deadline():g}s"
-            self._failed(message, kind)
+            self._failed(message, kind, retry_soon=getattr(exc, "retry_soon", True))
             return False
         except Exception as exc:  # noqa: BLE001 - a bug in one source must not stop its loop
             obs.SOURCE_LOOP_ERRORS.labels(kind=kind, stage="fetch").inc()
@@ -181,7 +182,8 @@ class SourceRunner:
         else:
             log.debug(message, self.owner, exc_info=True)
 
-    def _failed(self, message: str, kind: str) -> None:
+    def _failed(self, message: str, kind: str, retry_soon: bool = True) -> None:
+        self._retry_soon = retry_soon
         self.health.last_error = message
         self.health.consecutive_failures += 1
         obs.record_fetch(self.owner, kind, success=False)
@@ -207,10 +209,10 @@ class SourceRunner:
 
     def next_delay(self) -> float:
         """Seconds until the next fetch: the interval with jitter, sooner after failures (exponential
-        backoff from 2 s, never beyond the interval)."""
+        backoff from 2 s, never beyond the interval) unless the failure says retrying soon cannot help."""
         interval = self.source.common.interval
         failures = self.health.consecutive_failures
-        if failures:
+        if failures and self._retry_soon:
             base = min(interval, max(1.0, 2.0 ** min(failures, MAX_BACKOFF_EXPONENT)))
         else:
             base = interval

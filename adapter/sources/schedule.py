@@ -159,14 +159,16 @@ class ScheduleSource(Source[ScheduleConfig]):
             raise SourceError(
                 f"the calendars of this server may expand to {budget.total} items in total "
                 "and the others hold the rest; shorten lookahead or remove windows here or "
-                "elsewhere"
+                "elsewhere",
+                retry_soon=False,
             ) from None
         except ExpansionLimit as exc:
             budget.abandon(self)
             raise SourceError(
                 f"the calendar expands to more than {exc.limit} items within its "
                 f"lookahead ({self.config.lookahead:g}s); shorten lookahead or use fewer "
-                "or less frequent windows"
+                "or less frequent windows",
+                retry_soon=False,
             ) from None
         except BaseException:
             budget.abandon(self)

@@ -275,6 +275,39 @@ def test_an_expression_that_blows_up_does_not_end_the_loop(monkeypatch, expressi
     assert len(taken) >= 3
 
 
+def test_a_failure_only_a_change_can_fix_waits_for_the_interval_instead_of_backing_off():
+    """A calendar beyond its limit fails the same way on every retry: retrying every few seconds (as
+    for a flaky endpoint) would only burn the CPU the server answers with."""
+
+    async def delays_after(failure: BaseException) -> list[float]:
+        source = Flaky([failure, failure])
+        source.common = CommonSourceSettings(interval=60.0, timeout=1.0)
+        runner = SourceRunner("vme", source, lambda _n, _i: None, spreader=StartSpreader(rate=1e9))
+        out = []
+        for _ in range(2):
+            await runner.fetch_once()
+            out.append(runner.next_delay())
+        await runner.fetch_once()  # succeeds: back to the interval either way
+        out.append(runner.next_delay())
+        return out
+
+    transient = asyncio.run(delays_after(SourceError("connection refused")))
+    permanent = asyncio.run(delays_after(SourceError("more than 20000 items", retry_soon=False)))
+    assert transient[0] < 3 and transient[1] < 5  # backoff from 2 s
+    assert all(54 <= d <= 66 for d in permanent)  # the interval, with its jitter
+    assert 54 <= transient[2] <= 66
+
+
+def test_calendar_failures_say_retrying_soon_cannot_help():
+    too_big = schedule({**EVERY_MINUTE, "lookahead": "744h"}, SourceContext())
+    with pytest.raises(SourceError) as limit:
+        asyncio.run(too_big.fetch(T0))
+    context = SourceContext(expansion_budget=ExpansionBudget(total=10))
+    with pytest.raises(SourceError) as budget:
+        asyncio.run(schedule(EVERY_MINUTE, context).fetch(T0))
+    assert limit.value.retry_soon is False and budget.value.retry_soon is False
+
+
 # ---------------------------------------------------------------- many sources at once
 
 
