@@ -109,7 +109,10 @@ def bench_trace(
     start: float | None = None,
     duration: float | None = None,
     capacity_value: float | None = None,
+    unserved_cost: float | None = None,
 ) -> dict:
+    """One trace; `unserved_cost` set: the forecast source chooses its quantile at every refit
+    (`unservedCost`, the product feature) instead of the fixed `quantile`."""
     trace = load_trace(path)
     w_start, w_duration, w_capacity = window_of(trace, days, warmup_days)
     start = w_start if start is None else start
@@ -133,7 +136,12 @@ def bench_trace(
         "baselines": {"leadTime": "5m"},
     }
     scenario = parse_scenario(doc)
-    settings = ForecastSettings(refit=refit, lookback=14 * 86400.0, model="auto", quantile=quantile)
+    settings = ForecastSettings(
+        refit=refit, lookback=14 * 86400.0, model="auto", quantile=quantile, unserved_cost=unserved_cost
+    )
+    block: dict = {"model": "auto", "quantile": quantile}
+    if unserved_cost is not None:
+        block = {"model": "auto", "unservedCost": unserved_cost}
     # The forecast VirtualMetricEvent, built directly: in the simulator its history is the trace's past.
     vme = VirtualMetricEvent(
         name="web-forecast",
@@ -141,7 +149,7 @@ def bench_trace(
             kind="forecast",
             config=None,
             common=CommonSourceSettings(interval=refit),
-            raw={"forecast": {"model": "auto", "quantile": quantile}},
+            raw={"forecast": block},
         ),
         metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),),
     )
@@ -252,8 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quantile",
         default="auto",
-        help="forecast interval quantile (upper), or auto: per trace, the candidate with the "
-        "lowest stated cost simulated on the days before the window (default auto)",
+        help="forecast interval quantile (upper); or auto: per trace, the candidate with the "
+        "lowest stated cost simulated on the days before the window (default auto); or source: the "
+        "forecast source chooses per series at every refit by its own backtest (unservedCost = "
+        "--unserved-cost), as the server does",
     )
     parser.add_argument("--candidates", default="0.8,0.9,0.95", help="quantiles auto chooses from")
     parser.add_argument(
@@ -297,9 +307,12 @@ def main(argv: list[str] | None = None) -> int:
             chosen.append(
                 f"{path.name}: " + ", ".join(f"q={q:g} cost {c:.1f}" for q, c in costs.items()) + f" -> {quantile:g}"
             )
-        else:
+        elif args.quantile != "source":
             quantile = float(args.quantile)
-        r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile)
+        source_cost = args.unserved_cost if args.quantile == "source" else None
+        if source_cost is not None:
+            quantile = 0.9  # not used: the source chooses per series at every refit
+        r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile, unserved_cost=source_cost)
         re, pr, orc = r["reactive"], r["prescaled"], r["oracle"]
         u_ratio = pr.unserved_share / re.unserved_share if re.unserved_share else float("inf")
         h_ratio = pr.pod_hours / orc.pod_hours
@@ -310,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             frontiers.append(f"  {path.name}: cheapest at unserved <= 0.2 x reactive: {best:.2f} x oracle ({label})")
         w = r["within"]
         print(
-            f"{r['trace']:44} {r['days']:5.1f} {quantile:5.2f} | {re.unserved_share:18.4%} "
+            f"{r['trace']:44} {r['days']:5.1f} {'src' if source_cost else f'{quantile:.2f}':>5} | "
+            f"{re.unserved_share:18.4%} "
             f"{pr.unserved_share:9.4%} {orc.unserved_share:7.3%} {u_ratio:6.2f} | {re.pod_hours:15.1f} "
             f"{pr.pod_hours:9.1f} {orc.pod_hours:8.1f} {h_ratio:6.2f} | {w['reactive']:12.1%} "
             f"{w['scenario']:6.1%} {w['oracle']:6.1%} | {'ok' if ok else 'MISS':>5} {r['seconds']:5.1f}"
