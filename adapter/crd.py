@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from adapter.forecast.prep import MAX_UNSERVED_COST, MIN_UNSERVED_COST
 from adapter.sources.registry import KINDS  # the one list of source kinds
 
 GROUP = "prescaler.pingpong.ai"
@@ -470,9 +471,22 @@ def forecast_source() -> Schema:
                 "exclusiveMinimum": True,
                 "exclusiveMaximum": True,
             },
+            "unservedCost": number(
+                "Instead of quantile: choose the quantile of `upper` per series at every refit, the one "
+                "(of 0.7, 0.8, 0.9, 0.95, 0.98) with the lowest backtest cost when one unit of demand "
+                "above `upper` costs this many units of capacity above demand, e.g. 10.",
+                MIN_UNSERVED_COST,
+                MAX_UNSERVED_COST,
+            ),
             **common_source_fields(),
         },
         required=["history"],
+        rules=[
+            (
+                "!(has(self.quantile) && has(self.unservedCost))",
+                "give either quantile or unservedCost, not both",
+            )
+        ],
     )
 
 

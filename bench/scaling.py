@@ -1,7 +1,7 @@
 """Benchmark: reactive HPA vs prescaled HPA (reactive + forecast External metric) vs oracle.
 
     .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper]
-        [--quantile auto|Q] [--unserved-cost 20] [--frontier] [TRACE.csv ...]
+        [--quantile auto|source|Q] [--unserved-cost 20] [--frontier] [TRACE.csv ...]
 
 For each trace in ../shared/data/traces/ (beside the repository) (or the given files):
 - the trace is put on the 15 s tick grid by step-hold (each value holds for its own bin, so 5-min and
@@ -18,8 +18,13 @@ For each trace in ../shared/data/traces/ (beside the repository) (or the given f
 - the quantile of `upper`: `--quantile auto` (default) picks, per trace, among `--candidates` the one
   with the lowest stated cost (pod-hours + `--unserved-cost` x unserved demand in pod-hours), each
   simulated with this same set-up on the `--calibration-days` before the window (never the window);
+  `--quantile source` instead sets the forecast source's `unservedCost` to `--unserved-cost`, so the
+  source itself picks each refit's quantile from its own backtest, as the server does;
 - a forecast source also finds sub-daily periods (an hourly job), see adapter/forecast/README.md;
 - *oracle* has perfect foresight: at t it asks for ceil(peak demand over [t, t + 5m + 15 s] / capacity).
+
+`--frontier` also prints two reachability checks: the idealised look-back frontier and an in-sample
+(hour of day, previous bin) policy at the unserved goal.
 
 Goals: prescaled unserved share <= 0.2 x reactive, prescaled pod-hours <= 1.2 x oracle. Also printed:
 the share of ticks where ready capacity is within +-10 % of demand (tracking quality).
@@ -109,7 +114,10 @@ def bench_trace(
     start: float | None = None,
     duration: float | None = None,
     capacity_value: float | None = None,
+    unserved_cost: float | None = None,
 ) -> dict:
+    """One trace; `unserved_cost` set: the forecast source chooses its quantile at every refit
+    (`unservedCost`, the product feature) instead of the fixed `quantile`."""
     trace = load_trace(path)
     w_start, w_duration, w_capacity = window_of(trace, days, warmup_days)
     start = w_start if start is None else start
@@ -133,7 +141,12 @@ def bench_trace(
         "baselines": {"leadTime": "5m"},
     }
     scenario = parse_scenario(doc)
-    settings = ForecastSettings(refit=refit, lookback=14 * 86400.0, model="auto", quantile=quantile)
+    settings = ForecastSettings(
+        refit=refit, lookback=14 * 86400.0, model="auto", quantile=quantile, unserved_cost=unserved_cost
+    )
+    block: dict = {"model": "auto", "quantile": quantile}
+    if unserved_cost is not None:
+        block = {"model": "auto", "unservedCost": unserved_cost}
     # The forecast VirtualMetricEvent, built directly: in the simulator its history is the trace's past.
     vme = VirtualMetricEvent(
         name="web-forecast",
@@ -141,7 +154,7 @@ def bench_trace(
             kind="forecast",
             config=None,
             common=CommonSourceSettings(interval=refit),
-            raw={"forecast": {"model": "auto", "quantile": quantile}},
+            raw={"forecast": block},
         ),
         metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),),
     )
@@ -203,6 +216,40 @@ def frontier(path: Path, days: float, warmup_days: float, reactive_unserved: flo
     return best, label
 
 
+def in_sample_bound(path: Path, days: float, warmup_days: float, unserved_goal: float, oracle_pods: float) -> str:
+    """What a policy that sees only the hour of day and the last complete bin could do, at best.
+
+    Bins of the window are grouped by (hour of day, quintile of the previous bin's demand); each group
+    holds a constant number of ready pods, chosen *in sample* (knowing the window's demand) by greedy
+    allocation: the next pod goes where it serves the most unserved demand per pod-bin, until the
+    unserved share is <= `unserved_goal`. No start-up cost, no HPA stabilization. It is evidence, not a
+    proof: a policy that sees more (the last minutes of a 1-minute trace, several lags) can beat it, as
+    prescaler does on nasa; on a trace close to white noise (ELB) there is little more to see.
+    """
+    trace = load_trace(path)
+    start, duration, capacity = window_of(trace, days, warmup_days)
+    i0 = max(1, int(np.searchsorted(trace.timestamps, start)))
+    i1 = int(np.searchsorted(trace.timestamps, start + duration))
+    y, prev = trace.values[i0:i1], trace.values[i0 - 1 : i1 - 1]
+    hour = ((trace.timestamps[i0:i1] % 86400) // 3600).astype(int)
+    edges = np.quantile(prev, [0.2, 0.4, 0.6, 0.8])
+    groups = hour * 5 + np.searchsorted(edges, prev, side="right")
+    members = [y[groups == g] for g in np.unique(groups)]
+    pods = [1] * len(members)  # minReplicas
+    total = float(y.sum())
+    unserved = sum(float(np.maximum(m - capacity, 0).sum()) for m in members)
+
+    def gain(k: int) -> float:
+        return float(np.clip(members[k] - pods[k] * capacity, 0, capacity).sum()) / len(members[k])
+
+    while total > 0 and unserved / total > unserved_goal:
+        k = max(range(len(members)), key=gain)
+        unserved -= float(np.clip(members[k] - pods[k] * capacity, 0, capacity).sum())
+        pods[k] += 1
+    mean_pods = sum(p * len(m) for p, m in zip(pods, members)) / len(y)
+    return f"{mean_pods / oracle_pods:.2f} x oracle at unserved {unserved / total:.2%}"
+
+
 def cost(r: dict, unserved_cost: float) -> float:
     """Stated cost in pod-hours: every pod-hour, plus `unserved_cost` per pod-hour of unserved demand."""
     pr = r["prescaled"]
@@ -252,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quantile",
         default="auto",
-        help="forecast interval quantile (upper), or auto: per trace, the candidate with the "
-        "lowest stated cost simulated on the days before the window (default auto)",
+        help="forecast interval quantile (upper); or auto: per trace, the candidate with the "
+        "lowest stated cost simulated on the days before the window (default auto); or source: the "
+        "forecast source chooses per series at every refit by its own backtest (unservedCost = "
+        "--unserved-cost), as the server does",
     )
     parser.add_argument("--candidates", default="0.8,0.9,0.95", help="quantiles auto chooses from")
     parser.add_argument(
@@ -266,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--frontier",
         action="store_true",
-        help="also print the idealised look-back policy frontier (is the goal reachable?)",
+        help="also print the idealised look-back policy frontier and an in-sample floor (is the goal reachable?)",
     )
     args = parser.parse_args(argv)
     paths = args.traces or sorted(TRACES.glob("*.csv"))
@@ -281,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     all_ok = True
     chosen: list[str] = []
     frontiers: list[str] = []
+    bounds: list[str] = []
     for path in paths:
         if args.quantile == "auto":
             candidates = tuple(float(q) for q in args.candidates.split(","))
@@ -297,9 +347,12 @@ def main(argv: list[str] | None = None) -> int:
             chosen.append(
                 f"{path.name}: " + ", ".join(f"q={q:g} cost {c:.1f}" for q, c in costs.items()) + f" -> {quantile:g}"
             )
-        else:
+        elif args.quantile != "source":
             quantile = float(args.quantile)
-        r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile)
+        source_cost = args.unserved_cost if args.quantile == "source" else None
+        if source_cost is not None:
+            quantile = 0.9  # not used: the source chooses per series at every refit
+        r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile, unserved_cost=source_cost)
         re, pr, orc = r["reactive"], r["prescaled"], r["oracle"]
         u_ratio = pr.unserved_share / re.unserved_share if re.unserved_share else float("inf")
         h_ratio = pr.pod_hours / orc.pod_hours
@@ -308,9 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.frontier:
             best, label = frontier(path, args.days, args.warmup, re.unserved_share)
             frontiers.append(f"  {path.name}: cheapest at unserved <= 0.2 x reactive: {best:.2f} x oracle ({label})")
+            oracle_pods = orc.pod_hours / (r["days"] * 24)
+            floor = in_sample_bound(path, args.days, args.warmup, 0.2 * re.unserved_share, oracle_pods)
+            bounds.append(f"  {path.name}: {floor}")
         w = r["within"]
         print(
-            f"{r['trace']:44} {r['days']:5.1f} {quantile:5.2f} | {re.unserved_share:18.4%} "
+            f"{r['trace']:44} {r['days']:5.1f} {'src' if source_cost else f'{quantile:.2f}':>5} | "
+            f"{re.unserved_share:18.4%} "
             f"{pr.unserved_share:9.4%} {orc.unserved_share:7.3%} {u_ratio:6.2f} | {re.pod_hours:15.1f} "
             f"{pr.pod_hours:9.1f} {orc.pod_hours:8.1f} {h_ratio:6.2f} | {w['reactive']:12.1%} "
             f"{w['scenario']:6.1%} {w['oracle']:6.1%} | {'ok' if ok else 'MISS':>5} {r['seconds']:5.1f}"
@@ -331,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
             "a lead earlier / capacity)):"
         )
         print("\n".join(frontiers))
+        print(
+            "in-sample (hour, previous-bin quintile) policy at the unserved goal (pods chosen knowing the window; "
+            "no start-up, no stabilization; relative to the simulated oracle's pods):"
+        )
+        print("\n".join(bounds))
     return 0 if all_ok else 1
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import engine
-from .prep import fill_gaps, validate
+from .prep import fill_gaps, validate, validate_unserved_cost
 
 SERIES_PER_CHUNK = 128
 
@@ -27,6 +27,7 @@ class ForecastResult:
     model: str  # model actually used, e.g. "holtWinters"
     season: float | None  # season used, in seconds (None = no seasonality)
     note: str  # e.g. "history shorter than 2 weeks: used daily season"
+    quantile: float = 0.9  # quantile of `upper`: the one asked for, or the one `unserved_cost` chose
 
 
 def fit_predict(
@@ -36,6 +37,7 @@ def fit_predict(
     model: str = "auto",
     season: float | None = None,
     quantile: float = 0.9,
+    unserved_cost: float | None = None,
 ) -> ForecastResult:
     """Forecast `horizon` steps after the last value of one equally spaced history (NaN = gap)."""
     arr = np.asarray(values, dtype=float) if not isinstance(values, np.ndarray) else values
@@ -43,7 +45,7 @@ def fit_predict(
         raise ValueError(
             f"fit_predict takes one series (1-D), got shape {np.shape(arr)}; use fit_predict_many for several"
         )
-    return fit_predict_many(arr[None, :], step, horizon, model, season, quantile)[0]
+    return fit_predict_many(arr[None, :], step, horizon, model, season, quantile, unserved_cost)[0]
 
 
 def fit_predict_many(
@@ -53,19 +55,26 @@ def fit_predict_many(
     model: str = "auto",
     season: float | None = None,
     quantile: float = 0.9,
+    unserved_cost: float | None = None,
 ) -> list[ForecastResult]:
-    """Forecast every row of `values` (n_series, n_steps); all rows share step and length."""
+    """Forecast every row of `values` (n_series, n_steps); all rows share step and length.
+
+    `unserved_cost`: choose the quantile of `upper` per series by backtest instead of `quantile`
+    (engine.choose_quantile): one unit of demand above `upper` costs this many units of capacity
+    above demand."""
     if model not in MODELS:
         raise ValueError(f"unknown forecast model {model!r}: expected one of {', '.join(MODELS)}")
     if season is not None and (not isinstance(season, (int, float)) or not np.isfinite(season) or season <= 0):
         raise ValueError(f"season must be a positive number of seconds, got {season!r}")
     arr = validate(values, step, horizon, quantile)
+    validate_unserved_cost(unserved_cost)
     results = []
     # Chunks bound the memory of the backtest arrays (candidates x series x origins x steps)
     # while keeping the numpy calls big enough to amortise their overhead.
     for lo in range(0, arr.shape[0], SERIES_PER_CHUNK):
         prep = fill_gaps(arr[lo : lo + SERIES_PER_CHUNK], step)
-        out = engine.run(prep, int(horizon), model, season, float(quantile))
+        cost = None if unserved_cost is None else float(unserved_cost)
+        out = engine.run(prep, int(horizon), model, season, float(quantile), cost)
         for i in range(prep.filled.shape[0]):
             season_used = out.season[i]
             results.append(
@@ -76,6 +85,7 @@ def fit_predict_many(
                     model=out.model[i],
                     season=None if season_used is None else season_used * float(step),
                     note=out.note[i],
+                    quantile=float(quantile) if out.quantile is None else out.quantile[i],
                 )
             )
     return results

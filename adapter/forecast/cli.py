@@ -17,6 +17,7 @@ from ..durations import DurationError, parse_duration
 from . import MODELS, fit_predict
 from .evaluate import pick_origins, score, score_fused
 from .io import SeriesError, read_series
+from .prep import validate_unserved_cost
 
 EXIT_BAD_INPUT = 2
 
@@ -37,7 +38,16 @@ def add_parsers(subparsers: Any) -> None:
         metavar="DURATION",
         help="season length, e.g. 24h or 168h (default: detected from the history)",
     )
-    fc.add_argument("--quantile", default="0.9", metavar="Q", help="upper bound quantile in (0.5, 1); lower is 1-Q")
+    fc.add_argument(
+        "--quantile", default=None, metavar="Q", help="upper bound quantile in (0.5, 1), default 0.9; lower is 1-Q"
+    )
+    fc.add_argument(
+        "--unserved-cost",
+        default=None,
+        metavar="C",
+        help="instead of --quantile: choose the quantile by backtest, one unit of demand above upper "
+        "costing C units of capacity above demand (the forecast source's unservedCost)",
+    )
     fc.set_defaults(func=run_forecast)
 
     bt = subparsers.add_parser(
@@ -85,8 +95,9 @@ def _common(args: argparse.Namespace, path: str) -> tuple[np.ndarray, np.ndarray
     # A horizon shorter than the step still means the next point.
     horizon = max(1, math.ceil(horizon_s / step - 1e-9))
     season = _duration(args.season, "--season") if args.season is not None else None
+    text = "0.9" if args.quantile is None else args.quantile
     try:
-        quantile = float(args.quantile)
+        quantile = float(text)
     except ValueError:
         raise _BadInput(f"--quantile {args.quantile!r} is not a number") from None
     if not 0.5 < quantile < 1:
@@ -94,6 +105,20 @@ def _common(args: argparse.Namespace, path: str) -> tuple[np.ndarray, np.ndarray
     if not np.any(np.isfinite(values)):
         raise _BadInput(f"{path}: no numeric values")
     return timestamps, values, step, horizon, season, quantile
+
+
+def _unserved_cost(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        cost = float(text)
+    except ValueError:
+        raise _BadInput(f"--unserved-cost {text!r} is not a number") from None
+    try:
+        validate_unserved_cost(cost)
+    except ValueError as exc:
+        raise _BadInput(f"--unserved-cost: {exc}") from None
+    return cost
 
 
 def _duration(text: str, flag: str) -> float:
@@ -109,13 +134,20 @@ def _duration(text: str, flag: str) -> float:
 def run_forecast(args: argparse.Namespace) -> int:
     try:
         timestamps, values, step, horizon, season, quantile = _common(args, args.history)
-        result = fit_predict(values, step, horizon, model=args.model, season=season, quantile=quantile)
+        cost = _unserved_cost(args.unserved_cost)
+        if cost is not None and args.quantile is not None:
+            raise _BadInput("give either --quantile or --unserved-cost, not both")
+        result = fit_predict(
+            values, step, horizon, model=args.model, season=season, quantile=quantile, unserved_cost=cost
+        )
     except (_BadInput, ValueError) as exc:
         print(f"prescaler forecast: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     season_txt = "none" if result.season is None else f"{result.season:g}s"
     print(
-        f"# model={result.model} season={season_txt}" + (f" note={result.note}" if result.note else ""), file=sys.stderr
+        f"# model={result.model} season={season_txt} quantile={result.quantile:g}"
+        + (f" note={result.note}" if result.note else ""),
+        file=sys.stderr,
     )
     out = sys.stdout
     out.write("timestamp,forecast,lower,upper\n")

@@ -44,6 +44,7 @@ class Outcome:
     model: list[str]
     season: list[int | None]
     note: list[str]
+    quantile: list[float] | None = None  # per series: the quantile chosen by cost (None: as asked)
 
 
 def backtest_span(step: float) -> int:
@@ -169,7 +170,14 @@ def _auto_season_note(seasons: list[int], step: float, n_steps: int) -> str:
     return "history shorter than 2 days: used recent level only"
 
 
-def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile: float) -> Outcome:
+def run(
+    prep: Prepared,
+    horizon: int,
+    model: str,
+    season: float | None,
+    quantile: float,
+    unserved_cost: float | None = None,
+) -> Outcome:
     y = prep.filled
     n, n_steps = y.shape
     span = backtest_span(prep.step)
@@ -189,7 +197,11 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
     back = forecasts[:, :, :-1, :]  # (C, n, O, H)
 
     if len(origins) == 0:
-        return _without_backtest(prep, final[0], cands[0], horizon, quantile, note)
+        if unserved_cost is None:
+            return _without_backtest(prep, final[0], cands[0], horizon, quantile, note)
+        q = nearest_candidate(unserved_cost)
+        out = _without_backtest(prep, final[0], cands[0], horizon, q, note)
+        return Outcome(out.forecast, out.lower, out.upper, out.model, out.season, out.note, [q] * n)
 
     idx = simple.targets(origins, horizon)
     actual = prep.raw[:, idx]  # (n, O, H): scored against what really happened
@@ -215,7 +227,17 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
     scale_back, scale_now = _volatility(y, origins), _volatility(y, all_origins[-1:])
     # Quantiles of residuals in units of the volatility at their origin, times today's volatility.
     norm = chosen_resid / scale_back[:, None, :]
-    upper_off, lower_off = _residual_quantiles(norm, chosen_weight, _widened(quantile))
+    chosen_q: np.ndarray | None = None
+    if unserved_cost is None:
+        upper_off, lower_off = _residual_quantiles(norm, chosen_weight, _widened(quantile))
+    else:
+        chosen_q, costs = choose_quantile(norm, chosen_weight, scale_back, unserved_cost)
+        upper_off = np.zeros((n, horizon))
+        lower_off = np.zeros((n, horizon))
+        for q in np.unique(chosen_q):
+            rows_q = chosen_q == q
+            hi, lo = _residual_quantiles(norm[rows_q], chosen_weight[rows_q], _widened(float(q)))
+            upper_off[rows_q], lower_off[rows_q] = hi, lo
     upper_off, lower_off = upper_off * scale_now, lower_off * scale_now
     upper = point + upper_off
     lower = point + lower_off
@@ -229,8 +251,58 @@ def run(prep: Prepared, horizon: int, model: str, season: float | None, quantile
         parts = [note] if note else []
         if model == "auto":
             parts.append(f"auto: picked {names[last]} by backtest MAE over {len(origins)} origins")
+        if chosen_q is not None:
+            parts.append(f"quantile {chosen_q[i]:g} by backtest cost (unservedCost {unserved_cost:g})")
         notes.append("; ".join(parts))
-    return Outcome(point, lower, upper, models, seasons_out, notes)
+    quantiles = None if chosen_q is None else [float(q) for q in chosen_q]
+    return Outcome(point, lower, upper, models, seasons_out, notes, quantiles)
+
+
+# Quantiles `unservedCost` chooses from (the widening below applies to each, as to a fixed quantile).
+QUANTILE_CANDIDATES = (0.7, 0.8, 0.9, 0.95, 0.98)
+
+
+def nearest_candidate(unserved_cost: float, candidates: tuple[float, ...] = QUANTILE_CANDIDATES) -> float:
+    """Without a backtest: the candidate nearest c / (1 + c), the quantile that minimises the stated
+    cost when the interval is calibrated."""
+    ideal = unserved_cost / (1.0 + unserved_cost)
+    return min(candidates, key=lambda q: (abs(q - ideal), q))
+
+
+def choose_quantile(
+    norm: np.ndarray,
+    weight: np.ndarray,
+    scale_back: np.ndarray,
+    unserved_cost: float,
+    candidates: tuple[float, ...] = QUANTILE_CANDIDATES,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per series, the candidate quantile whose `upper` had the lowest stated cost on the backtest.
+
+    norm (n, H, O): backtest residuals in units of the volatility at their origin, scale_back (n, O)
+    that volatility, weight (n, H, O) > 0 where the actual value was observed. Out of sample: each
+    candidate's offsets are estimated on the older half of the origins, as a fixed quantile is, and
+    scored on the newer half, in the series' units: every unit of `upper` above the actual value costs
+    1 (idle capacity), every unit of actual value above `upper` costs `unserved_cost` (demand not
+    served). Ties go to the lower quantile. Returns (chosen quantile per series (n,), costs (n, K)).
+    """
+    n, _, n_origins = norm.shape
+    split = n_origins // 2
+    if split < 1 or n_origins - split < 1:
+        # Too few origins to estimate on some and score on others: c / (1 + c), the quantile that
+        # minimises this cost for a calibrated interval, rounded to the nearest candidate.
+        return np.full(n, nearest_candidate(unserved_cost, candidates)), np.zeros((n, len(candidates)))
+    fit_norm, fit_w = norm[:, :, :split], weight[:, :, :split]
+    test_resid = norm[:, :, split:] * scale_back[:, None, split:]  # actual - point, in series units
+    test_scale = scale_back[:, None, split:]
+    test_w = weight[:, :, split:]
+    costs = np.empty((n, len(candidates)))
+    for k, q in enumerate(candidates):
+        offset, _ = _residual_quantiles(fit_norm, fit_w, _widened(q))  # (n, H)
+        gap = offset[:, :, None] * test_scale - test_resid  # upper - actual
+        cost = np.where(gap >= 0, gap, -gap * unserved_cost)
+        costs[:, k] = (cost * test_w).sum(axis=(1, 2))
+    best = np.argmin(costs, axis=1)  # the first minimum: the lower quantile on a tie
+    return np.asarray(candidates, dtype=float)[best], costs
 
 
 def _add_blends(

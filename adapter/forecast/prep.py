@@ -30,6 +30,23 @@ class Prepared:
     short_season: tuple[int | None, ...] = ()  # per series: a sub-daily period in steps (cron-like)
 
 
+MIN_UNSERVED_COST = 0.01
+MAX_UNSERVED_COST = 10_000.0
+
+
+def validate_unserved_cost(cost: float | None) -> None:
+    """None (use the fixed quantile) or a number in [MIN_UNSERVED_COST, MAX_UNSERVED_COST]."""
+    if cost is None:
+        return
+    if isinstance(cost, bool) or not isinstance(cost, (int, float, np.integer, np.floating)):
+        raise ValueError(f"unserved_cost must be a number, got {cost!r}")
+    if not MIN_UNSERVED_COST <= cost <= MAX_UNSERVED_COST:  # NaN fails too
+        raise ValueError(
+            f"unserved_cost must be between {MIN_UNSERVED_COST:g} and {MAX_UNSERVED_COST:g} "
+            f"(units of idle capacity per unit of unserved demand, e.g. 20), got {cost!r}"
+        )
+
+
 def validate(values: np.ndarray, step: float, horizon: int, quantile: float) -> np.ndarray:
     """Return values as a 2-D float array or raise ValueError with a message a user can act on."""
     try:

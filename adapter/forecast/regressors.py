@@ -280,6 +280,7 @@ class FusedResult:
     note: str
     effects: Effects
     baseline: np.ndarray  # the forecast without the events' effect
+    quantile: float = 0.9  # quantile of `upper` (chosen by backtest cost when unserved_cost is given)
 
 
 def fit_predict_fused(
@@ -292,6 +293,7 @@ def fit_predict_fused(
     model: str = "auto",
     season: float | None = None,
     quantile: float = 0.9,
+    unserved_cost: float | None = None,
 ) -> FusedResult:
     """`fit_predict` with announced regressors: events (T, k) over the history, future (horizon, k)."""
     from adapter.forecast import fit_predict
@@ -302,12 +304,28 @@ def fit_predict_fused(
     if fut.shape[1] != ev.shape[1]:
         raise ValueError(f"future has {fut.shape[1]} regressor columns, history {ev.shape[1]}")
     effects = fit_effects(y, ev, names)
-    base = fit_predict(remove_effects(y, ev, effects), step, horizon, model=model, season=season, quantile=quantile)
+    base = fit_predict(
+        remove_effects(y, ev, effects),
+        step,
+        horizon,
+        model=model,
+        season=season,
+        quantile=quantile,
+        unserved_cost=unserved_cost,
+    )
     nonneg = bool(np.all(y[np.isfinite(y)] >= 0))
-    point, lower, upper = add_effects(base.forecast, base.lower, base.upper, fut, effects, quantile, nonneg)
+    point, lower, upper = add_effects(base.forecast, base.lower, base.upper, fut, effects, base.quantile, nonneg)
     note = "; ".join(p for p in (base.note, f"regressors: {effects.describe()}") if p)
     return FusedResult(
-        point, lower, upper, base.model, base.season, note, effects, np.asarray(base.forecast, dtype=float)
+        point,
+        lower,
+        upper,
+        base.model,
+        base.season,
+        note,
+        effects,
+        np.asarray(base.forecast, dtype=float),
+        base.quantile,
     )
 
 

@@ -126,6 +126,7 @@ class ForecastSettings:
     season: float | None = None
     quantile: float = 0.9
     horizon: float | None = None  # default: refit + the VirtualMetric's leadTime + one trace step
+    unserved_cost: float | None = None  # set: the quantile is chosen per refit by backtest cost
 
 
 @dataclass
@@ -319,6 +320,10 @@ def _forecast_overrides(settings: ForecastSettings, config: Any, raw: Any) -> Fo
         value = pick(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             changes[name] = float(value)
+    cost = pick("unserved_cost") if config is not None and not isinstance(config, Mapping) else None
+    cost = block.get("unservedCost") if cost is None else cost
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        changes["unserved_cost"] = float(cost)
     length = getattr(getattr(config, "history", None), "length", None)
     if isinstance(length, (int, float)) and length > 0:
         changes["lookback"] = float(length)
@@ -367,6 +372,7 @@ def forecast_snapshots(
                 model=settings.model,
                 season=settings.season,
                 quantile=settings.quantile,
+                unserved_cost=settings.unserved_cost,
             )
             for i, res in zip(index, out):
                 results[i] = res
@@ -376,9 +382,14 @@ def forecast_snapshots(
         if results[i] is not None or len(values) < 2:
             continue
         try:
-            results[i] = fit(
-                values, step, horizon, model=settings.model, season=settings.season, quantile=settings.quantile
-            )
+            options: dict[str, Any] = {
+                "model": settings.model,
+                "season": settings.season,
+                "quantile": settings.quantile,
+            }
+            if settings.unserved_cost is not None:
+                options["unserved_cost"] = settings.unserved_cost
+            results[i] = fit(values, step, horizon, **options)
         except ValueError as exc:
             errors[i] = str(exc)
     snaps = Snapshots()

@@ -11,6 +11,8 @@
       horizon: 2h
       step: 5m               # output step, default = history step
       quantile: 0.9          # of the prediction interval
+      # or, instead of quantile: unservedCost: 20  # choose the quantile per series by backtest:
+      #                                             # unserved demand costs 20x idle capacity
 
 fetch(now) reads the history, fits one model per series (in a worker thread: it is CPU work and
 the event loop must keep serving) and returns one item per future step,
@@ -35,6 +37,7 @@ from adapter.durations import DurationError, parse_duration
 from adapter.errors import SourceError, ValidationError
 from adapter.fields import expect_mapping, read_duration, read_number, read_string, reject_unknown
 from adapter.forecast import MODELS, fit_predict_many
+from adapter.forecast.prep import MAX_UNSERVED_COST, MIN_UNSERVED_COST
 from adapter.items import MAX_ABS_VALUE, MAX_TIMESTAMP, Item
 from adapter.sources.base import MAX_WARNINGS, CommonSourceSettings, FetchResult, Source, SourceContext
 from adapter.sources.http import (
@@ -121,10 +124,13 @@ class ForecastConfig:
     step: float | None  # output step; None = the history step
     quantile: float
     regressors: tuple[Any, ...] = ()  # adapter.sources.forecast_regressors.RegressorConfig
+    unserved_cost: float | None = None  # set: the quantile is chosen per series by backtest cost
 
 
 def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
-    reject_unknown(spec, ("history", "model", "season", "horizon", "step", "quantile", "regressors"), path)
+    reject_unknown(
+        spec, ("history", "model", "season", "horizon", "step", "quantile", "unservedCost", "regressors"), path
+    )
     if "history" not in spec:
         raise ValidationError(f"{path}.history", "required: {prometheus: {...}} or {api: {...}}")
     history = _parse_history(spec["history"], f"{path}.history")
@@ -136,6 +142,19 @@ def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
     assert horizon is not None and quantile is not None
     if not 0.5 < quantile < 1.0:
         raise ValidationError(f"{path}.quantile", f"{quantile:g} must be between 0.5 and 1 (e.g. 0.9)")
+    unserved_cost = read_number(spec, "unservedCost", path, default=None)
+    if unserved_cost is not None:
+        if spec.get("quantile") is not None:
+            raise ValidationError(
+                f"{path}.unservedCost",
+                "give either quantile (fixed) or unservedCost (the quantile is then chosen by backtest), not both",
+            )
+        if not MIN_UNSERVED_COST <= unserved_cost <= MAX_UNSERVED_COST:
+            raise ValidationError(
+                f"{path}.unservedCost",
+                f"{unserved_cost:g} must be between {MIN_UNSERVED_COST:g} and {MAX_UNSERVED_COST:g}: how many "
+                "units of idle capacity one unit of unserved demand costs (e.g. 10)",
+            )
     history_step = history.step
     if step is not None and history_step is not None and step < history_step:
         raise ValidationError(f"{path}.step", f"must not be shorter than the history step ({history_step:g}s)")
@@ -159,6 +178,7 @@ def parse_forecast_config(spec: Mapping[str, Any], path: str) -> ForecastConfig:
         step=step,
         quantile=quantile,
         regressors=regressors,
+        unserved_cost=unserved_cost,
     )
 
 
@@ -434,6 +454,7 @@ class ForecastSource(Source[ForecastConfig]):
                     model=config.model,
                     season=config.season,
                     quantile=config.quantile,
+                    unserved_cost=config.unserved_cost,
                 )
             except (ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
                 warnings.append(f"series {_describe_labels(labels)}: {exc}")
@@ -450,7 +471,12 @@ class ForecastSource(Source[ForecastConfig]):
         warnings: list[str],
     ) -> list[tuple[dict[str, str], Any]]:
         config: ForecastConfig = self.config
-        options = {"model": config.model, "season": config.season, "quantile": config.quantile}
+        options = {
+            "model": config.model,
+            "season": config.season,
+            "quantile": config.quantile,
+            "unserved_cost": config.unserved_cost,
+        }
         try:
             results = fit_many(np.stack([grid for _, grid in members]), step, total, **options)
             return [(labels, result) for (labels, _), result in zip(members, results, strict=True)]
@@ -494,10 +520,6 @@ def _items_for(labels: Mapping[str, str], last: float, step: float, now: float, 
         first = items[0]
         items[0] = Item(start=now, end=first.end, values=first.values, labels=first.labels)
     return items
-
-
-# The simulator builds its forecast items with the same rules.
-forecast_items = _items_for
 
 
 # The simulator builds its forecast items with the same rules.

@@ -165,3 +165,32 @@ def test_read_series_rejects_duplicates(tmp_path):
     path = write(tmp_path / "dup.csv", "timestamp,value\n0,1\n60,2\n60,3\n")
     with pytest.raises(SeriesError, match="duplicate"):
         read_series(path)
+
+
+def test_forecast_unserved_cost_chooses_and_reports_the_quantile(tmp_path, capsys):
+    path = trace_copy(tmp_path)
+    code, out, err = run(["forecast", "--history", str(path), "--horizon", "15m", "--unserved-cost", "1000"], capsys)
+    assert code == 0 and "quantile=0.98" in err and "by backtest cost (unservedCost 1000)" in err
+    dear = [float(r["upper"]) for r in csv.DictReader(io.StringIO(out))]
+    code, out, err = run(["forecast", "--history", str(path), "--horizon", "15m", "--unserved-cost", "0.1"], capsys)
+    cheap = [float(r["upper"]) for r in csv.DictReader(io.StringIO(out))]
+    assert code == 0 and "quantile=0.7" in err
+    assert all(d >= c for d, c in zip(dear, cheap)) and dear != cheap
+    code, _, err = run(["forecast", "--history", str(path), "--horizon", "15m"], capsys)
+    assert code == 0 and "quantile=0.9 " in err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--unserved-cost", "lots"], "--unserved-cost 'lots' is not a number"),
+        (["--unserved-cost", "0"], "--unserved-cost: unserved_cost must be between 0.01 and 10000"),
+        (["--unserved-cost", "nan"], "unserved_cost must be between"),
+        (["--unserved-cost", "-4"], "unserved_cost must be between"),
+        (["--unserved-cost", "10", "--quantile", "0.9"], "either --quantile or --unserved-cost"),
+    ],
+)
+def test_bad_unserved_cost_flag_exits_2(tmp_path, capsys, extra, message):
+    path = write(tmp_path / "ok.csv", "timestamp,value\n0,1\n60,2\n120,3\n")
+    code, out, err = run(["forecast", "--history", str(path), "--horizon", "5m"] + extra, capsys)
+    assert code == 2 and message in err and out == "" and "Traceback" not in err
