@@ -66,10 +66,11 @@ class Target(NamedTuple):
 class PartitionView:
     """The targets of one (metric, namespace), by resource name and sorted by it (immutable).
 
-    `targets` is made on first use when not given: the HPA's query looks up `by_resource`, and a
-    snapshot of one source must not pay for listing 100 000 targets it did not change."""
+    `targets` and `resources` are made on first use when not given: the HPA's query looks up
+    `by_resource`, and neither a snapshot of one source nor a full rebuild should pay for listing
+    100 000 targets that no query may list."""
 
-    __slots__ = ("timelines", "by_resource", "resources", "waiting", "_targets")
+    __slots__ = ("timelines", "by_resource", "waiting", "_resources", "_targets")
 
     def __init__(
         self,
@@ -84,14 +85,22 @@ class PartitionView:
         # Sources (onStale: Hold) that name targets from item labels and never fetched successfully: a
         # target not known yet may be one of theirs, so it is on hold too instead of getting the default.
         self.waiting = waiting
-        # The targets' names, sorted (the order of `targets`).
-        self.resources = resources if resources is not None else tuple(sorted(by_resource))
+        self._resources = resources
         self._targets = targets
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The targets' names, sorted (the order of `targets`); sorted on first use, like `targets`:
+        only listing queries need the order, and sorting 100 000 names is a tenth of a full build."""
+        if self._resources is None:
+            self._resources = tuple(sorted(self.by_resource))
+        return self._resources
 
     @property
     def targets(self) -> tuple[Target, ...]:
         if self._targets is None:
-            self._targets = tuple(self.by_resource[r] for r in self.resources)
+            by_resource = self.by_resource
+            self._targets = tuple(by_resource[r] for r in self.resources)
         return self._targets
 
 
@@ -129,100 +138,158 @@ def build_published(
     wanted: set[Partition] | None = None
     if reuse:
         wanted = {p for p in (dirty or ()) if p[0] in metrics}
-    keys: list[Key] = []
-    index: dict[Key, int] = {}
-    labels: list[dict[str, str]] = []
-    holders: list[list[tuple[SourceRunner, str]]] = []
-    sources: list[list[str]] = []
-    # Contribution arrays and their key indexes, gathered first and joined once (not one small
-    # ContributionArrays per key: 100 000 keys made that the slowest part of a build).
-    part_keys: list[int] = []
-    part_counts: list[int] = []
-    starts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
-    values: list[np.ndarray] = []
-
-    def key_index(key: Key) -> int:
-        k = index.get(key)
-        if k is None:
-            k = index[key] = len(keys)
-            keys.append(key)
-            labels.append({"resource": key[2]})
-            holders.append([])
-            sources.append([])
-        return k
-
-    for event in events:
-        touched: set[int] = set()
-        for entry in event.entries:
-            if entry.metric in metrics and entry.name is not None and (wanted is None or entry.partition in wanted):
-                touched.add(key_index((entry.metric, entry.namespace, entry.name)))
-        for key, (start, end, value) in event.contributions.items():
-            if key[0] not in metrics or (wanted is not None and key[:2] not in wanted):
-                continue
-            k = key_index(key)
-            touched.add(k)
-            part_keys.append(k)
-            part_counts.append(len(start))
-            starts.append(start)
-            ends.append(end)
-            values.append(value)
-        for k in touched:
-            sources[k].append(event.name)
-            for label, text in event.labels.items():
-                labels[k].setdefault(label, text)
-            if event.holder is not None:
-                holders[k].append((event.holder, event.name))
+    gathered = _gather(metrics, events, wanted)
+    keys = gathered.keys
     names = sorted(metrics)
-    position = {name: i for i, name in enumerate(names)}
     table = [metrics[n].policy for n in names]
-    policy_index = np.fromiter((position[metric] for metric, _, _ in keys), np.int64, len(keys))
-    contributions = (
-        ContributionArrays(
-            np.repeat(np.asarray(part_keys, np.int64), part_counts),
-            np.concatenate(starts),
-            np.concatenate(ends),
-            np.concatenate(values),
-        )
-        if part_keys
-        else ContributionArrays.empty()
+    if len(names) == 1:
+        policy_index = np.zeros(len(keys), np.int64)
+    else:
+        position = {name: i for i, name in enumerate(names)}
+        policy_index = np.array([position[key[0]] for key in keys], dtype=np.int64)
+    timelines = build_timelines(
+        keys, table, gathered.contributions(), policy_index=policy_index, workers=REBUILD_WORKERS
     )
-    timelines = build_timelines(list(keys), table, contributions, policy_index=policy_index, workers=REBUILD_WORKERS)
-    grouped: dict[Partition, list[Target]] = {}
     never_fetched = {
         event.name for event in events if event.holder is not None and event.holder.health.last_success is None
     }
-    for k, (metric, ns, resource) in enumerate(keys):
-        names_k = tuple(n for _, n in holders[k])
-        grouped.setdefault((metric, ns), []).append(
-            Target(
-                resource,
-                k,
-                labels[k],
-                tuple(h for h, _ in holders[k]),
-                names_k,
-                timelines,
-                tuple(sources[k]),
-                frozenset(n for n in names_k if n in never_fetched),
-            )
-        )
+    grouped = _targets(keys, gathered, events, never_fetched, timelines)
     waiting: dict[Partition, list[tuple[SourceRunner, str]]] = {}
     for event in events:
         if event.name in never_fetched and event.holder is not None:
             for entry in event.entries:
                 if entry.name is None and entry.metric in metrics and (wanted is None or entry.partition in wanted):
                     waiting.setdefault(entry.partition, []).append((event.holder, event.name))
-                    grouped.setdefault(entry.partition, [])
+                    grouped.setdefault(entry.partition, {})
     partitions: dict[Partition, PartitionView] = {}
     if reuse and previous is not None and wanted is not None:
         partitions.update((p, view) for p, view in previous.partitions.items() if p not in wanted)
-    for partition, targets in grouped.items():
-        targets.sort(key=lambda t: t.resource)
+    for partition, by_resource in grouped.items():
         partitions[partition] = PartitionView(
-            timelines,
-            tuple(targets),
-            {t.resource: t for t in targets},
-            tuple(t.resource for t in targets),
-            tuple(dict.fromkeys(waiting.get(partition, ()))),
+            timelines, None, by_resource, None, tuple(dict.fromkeys(waiting.get(partition, ())))
         )
     return Published(dict(metrics), partitions, now)
+
+
+@dataclass
+class _Gathered:
+    """Keys in the order first seen, which events touch each (by position in the event list), and
+    the contribution arrays of each (key index, (start, end, value)) in event order."""
+
+    keys: list[Key] = field(default_factory=list)
+    first_event: list[int] = field(default_factory=list)  # the first event that touches each key
+    more_events: dict[int, list[int]] = field(default_factory=dict)  # later ones, for the few keys with any
+    part_keys: list[int] = field(default_factory=list)
+    parts: list[Arrays] = field(default_factory=list)
+
+    def contributions(self) -> ContributionArrays:
+        """One set of columns for the timeline build (joined once, not one small array set per key)."""
+        parts = self.parts
+        if not parts:
+            return ContributionArrays.empty()
+        counts = [len(p[0]) for p in parts]
+        return ContributionArrays(
+            np.repeat(np.asarray(self.part_keys, np.int64), counts),
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+        )
+
+
+def _gather(metrics: Mapping[str, VirtualMetric], events: list[EventFeed], wanted: set[Partition] | None) -> _Gathered:
+    out = _Gathered()
+    keys, first_event, more_events = out.keys, out.first_event, out.more_events
+    part_keys, parts = out.part_keys, out.parts
+    index: dict[Key, int] = {}
+    for position, event in enumerate(events):
+        before = len(keys)  # keys from index `before` on are new with this event
+        seen: set[int] = set()  # keys of earlier events that this one touches too
+        for entry in event.entries:
+            if entry.metric in metrics and entry.name is not None and (wanted is None or entry.partition in wanted):
+                key = (entry.metric, entry.namespace, entry.name)
+                k = index.setdefault(key, len(keys))
+                if k == len(keys):
+                    keys.append(key)
+                    first_event.append(position)
+                elif k < before:
+                    seen.add(k)
+        for key, arrays in event.contributions.items():
+            if key[0] not in metrics or (wanted is not None and key[:2] not in wanted):
+                continue
+            k = index.setdefault(key, len(keys))
+            if k == len(keys):
+                keys.append(key)
+                first_event.append(position)
+            elif k < before:
+                seen.add(k)
+            part_keys.append(k)
+            parts.append(arrays)
+        for k in seen:
+            more_events.setdefault(k, []).append(position)
+    return out
+
+
+def _targets(
+    keys: list[Key],
+    gathered: _Gathered,
+    events: list[EventFeed],
+    never_fetched: set[str],
+    timelines: TimelineSet,
+) -> dict[Partition, dict[str, Target]]:
+    """Every key's Target, by partition and resource. Keys touched by the same events share their
+    holders, sources and extra labels, so those are worked out once per combination of events."""
+    shared: dict[
+        tuple[int, ...],
+        tuple[dict[str, str], tuple[SourceRunner, ...], tuple[str, ...], tuple[str, ...], frozenset[str]],
+    ] = {}
+
+    def common(
+        touching: tuple[int, ...],
+    ) -> tuple[dict[str, str], tuple[SourceRunner, ...], tuple[str, ...], tuple[str, ...], frozenset[str]]:
+        found = shared.get(touching)
+        if found is None:
+            labels: dict[str, str] = {"resource": ""}
+            holders: list[tuple[SourceRunner, str]] = []
+            for position in touching:
+                event = events[position]
+                for label, text in event.labels.items():
+                    labels.setdefault(label, text)
+                if event.holder is not None:
+                    holders.append((event.holder, event.name))
+            del labels["resource"]  # each target's own name comes first and wins
+            names = tuple(n for _, n in holders)
+            found = shared[touching] = (
+                labels,
+                tuple(h for h, _ in holders),
+                names,
+                tuple(events[position].name for position in touching),
+                frozenset(n for n in names if n in never_fetched),
+            )
+        return found
+
+    grouped: dict[Partition, dict[str, Target]] = {}
+    more_events = gathered.more_events
+    new = tuple.__new__
+    current: tuple[str, str] | None = None
+    members: dict[str, Target] = {}
+    for k, (key, first) in enumerate(zip(keys, gathered.first_event)):
+        more = more_events.get(k)
+        labels, holders, holder_names, sources, never = common((first, *more) if more else (first,))
+        metric, namespace, resource = key
+        if (metric, namespace) != current:
+            current = (metric, namespace)
+            members = grouped.setdefault(current, {})
+        members[resource] = new(
+            Target,
+            (
+                resource,
+                k,
+                {"resource": resource, **labels} if labels else {"resource": resource},
+                holders,
+                holder_names,
+                timelines,
+                sources,
+                never,
+            ),
+        )
+    return grouped
