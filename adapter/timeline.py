@@ -19,8 +19,9 @@ breakpoint is combined with its key index into one sortable int64 (`key << 43 | 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,9 +84,10 @@ class TimelineSet:
         offsets: np.ndarray,
         break_ms: np.ndarray,
         values: np.ndarray,
+        index: Mapping[Any, int] | None = None,
     ):
         self.keys = keys
-        self.index = {key: i for i, key in enumerate(keys)}
+        self.index = index if index is not None else dict(zip(keys, range(len(keys))))  # key -> position
         self._pre = pre_values  # V before the key's first breakpoint (clamped default)
         self._offsets = offsets
         self._break_ms = break_ms  # plain unix ms (unshifted)
@@ -177,13 +179,15 @@ def build_timelines(
     contributions: ContributionArrays,
     policy_index: np.ndarray | None = None,
     workers: int = 1,
+    index: Mapping[Any, int] | None = None,
 ) -> TimelineSet:
     """Build V for every key at once; `contributions.key` indexes `keys`.
 
     Policies: either one per key (`policies[k]` for `keys[k]`), or, with `policy_index`, a small
     table that `policy_index[k]` points into (the engine has one policy per metric, so it avoids
     hashing 100 000 equal policies). With `workers > 1` large builds are split by key range and run
-    in threads: the numpy work releases the GIL, so two cores build twice as fast.
+    in threads: the numpy work releases the GIL, so two cores build twice as fast. `index`, when
+    given, is `{key: position in keys}` and becomes the set's own (the caller made it anyway).
 
     Contributions with a non-finite value or an empty window are ignored (the engine reports them
     before they get here).
@@ -224,7 +228,12 @@ def build_timelines(
     shifts = np.cumsum([0] + [len(p[2]) for p in parts[:-1]])
     offsets = np.concatenate([[0]] + [p[1][1:] + shift for p, shift in zip(parts, shifts)]).astype(np.int64)
     return TimelineSet(
-        list(keys), pre, offsets, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
+        list(keys),
+        pre,
+        offsets,
+        np.concatenate([p[2] for p in parts]),
+        np.concatenate([p[3] for p in parts]),
+        index,
     )
 
 

@@ -19,6 +19,7 @@ from adapter.labels import _label_value_errors
 from adapter.pipeline.contributions import (
     Contributions,
     EntryPlan,
+    EntrySummary,
     Key,
     Partition,
     compile_entries,
@@ -68,27 +69,22 @@ class EventState:
 
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
-    _derived: tuple[object, frozenset[str], frozenset[Partition]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    _derived: tuple[object, EntrySummary] | None = field(default=None, repr=False, compare=False)
 
-    def _entries_summary(self) -> tuple[object, frozenset[str], frozenset[Partition]]:
+    @property
+    def summary(self) -> EntrySummary:
         derived = self._derived
         if derived is None or derived[0] is not self.entries:
-            derived = self._derived = (
-                self.entries,
-                frozenset(e.metric for e in self.entries),
-                frozenset(e.partition for e in self.entries),
-            )
-        return derived
+            derived = self._derived = (self.entries, EntrySummary.of(self.entries))
+        return derived[1]
 
     @property
     def metric_names(self) -> frozenset[str]:
-        return self._entries_summary()[1]
+        return self.summary.metrics
 
     @property
     def partitions(self) -> set[Partition]:
-        return set(self._entries_summary()[2])
+        return set(self.summary.partitions)
 
 
 def apply_metric(state: MetricState, doc: Mapping[str, Any]) -> bool:
@@ -248,7 +244,14 @@ class ObjectTable:
             runner = state.runner
             hold = runner is not None and runner.on_stale == "Hold" and not runner.source.never_stale
             out.append(
-                EventFeed(name, state.vme.labels, state.entries, state.contributions.by_key, runner if hold else None)
+                EventFeed(
+                    name,
+                    state.vme.labels,
+                    state.entries,
+                    state.contributions.by_key,
+                    runner if hold else None,
+                    state.summary,
+                )
             )
         return out
 

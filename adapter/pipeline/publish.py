@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from itertools import chain, repeat
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from adapter.pipeline.contributions import Arrays, EntryPlan, Key, Partition
+from adapter.pipeline.contributions import Arrays, EntryPlan, EntrySummary, Key, Partition
 from adapter.resources import VirtualMetric
 from adapter.sources.runner import SourceRunner
 from adapter.timeline import ContributionArrays, TimelineSet, build_timelines
@@ -34,11 +36,16 @@ class EventFeed:
     contributions: Mapping[Key, Arrays]
     # The runner when its source holds stale values back (onStale: Hold), else None.
     holder: SourceRunner | None = None
+    # EntrySummary.of(entries), when the caller keeps one (the engine does: 100 000 entries per build).
+    entry_summary: EntrySummary | None = None
+
+    def summary(self) -> EntrySummary:
+        return self.entry_summary if self.entry_summary is not None else EntrySummary.of(self.entries)
 
     @property
     def partitions(self) -> set[Partition]:
         """Every partition this event can contribute to (a label-named target stays in its entry's)."""
-        return {e.partition for e in self.entries}
+        return set(self.summary().partitions)
 
 
 class Target(NamedTuple):
@@ -148,16 +155,16 @@ def build_published(
         position = {name: i for i, name in enumerate(names)}
         policy_index = np.array([position[key[0]] for key in keys], dtype=np.int64)
     timelines = build_timelines(
-        keys, table, gathered.contributions(), policy_index=policy_index, workers=REBUILD_WORKERS
+        keys, table, gathered.contributions(), policy_index=policy_index, workers=REBUILD_WORKERS, index=gathered.index
     )
     never_fetched = {
         event.name for event in events if event.holder is not None and event.holder.health.last_success is None
     }
-    grouped = _targets(keys, gathered, events, never_fetched, timelines)
+    grouped = _targets(gathered, events, never_fetched, timelines)
     waiting: dict[Partition, list[tuple[SourceRunner, str]]] = {}
     for event in events:
         if event.name in never_fetched and event.holder is not None:
-            for entry in event.entries:
+            for entry in event.summary().by_label:
                 if entry.name is None and entry.metric in metrics and (wanted is None or entry.partition in wanted):
                     waiting.setdefault(entry.partition, []).append((event.holder, event.name))
                     grouped.setdefault(entry.partition, {})
@@ -171,125 +178,150 @@ def build_published(
     return Published(dict(metrics), partitions, now)
 
 
-@dataclass
 class _Gathered:
     """Keys in the order first seen, which events touch each (by position in the event list), and
     the contribution arrays of each (key index, (start, end, value)) in event order."""
 
-    keys: list[Key] = field(default_factory=list)
-    first_event: list[int] = field(default_factory=list)  # the first event that touches each key
-    more_events: dict[int, list[int]] = field(default_factory=dict)  # later ones, for the few keys with any
-    part_keys: list[int] = field(default_factory=list)
-    parts: list[Arrays] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.keys: list[Key] = []
+        self.index: dict[Key, int] = {}
+        # The keys each event adds: (event position, first key, end, their partition or None when
+        # the event's entries write to several). Keys come in these runs, so most per-key columns
+        # are runs of one value.
+        self.runs: list[tuple[int, int, int, Partition | None]] = []
+        self.more_events: dict[int, list[int]] = {}  # events after the first that touch a key (few keys)
+        self.part_keys: list[int] = []
+        self.parts: list[Arrays] = []
+
+    def add(
+        self, position: int, partition: Partition | None, named: Sequence[Key], contributions: Mapping[Key, Arrays]
+    ) -> None:
+        """Event `position` names these keys and contributes these arrays: one dict operation per key."""
+        index, keys = self.index, self.keys
+        before = len(keys)
+        seen: list[int] = []  # keys of earlier events that this one touches too
+        for key in (*named, *contributions) if named else contributions:
+            k = index.setdefault(key, len(keys))
+            if k == len(keys):
+                keys.append(key)
+            elif k < before:
+                seen.append(k)
+        if len(keys) > before:
+            self.runs.append((position, before, len(keys), partition))
+        for k in dict.fromkeys(seen):
+            self.more_events.setdefault(k, []).append(position)
+        self.part_keys.extend(map(index.__getitem__, contributions))
+        self.parts.extend(contributions.values())
 
     def contributions(self) -> ContributionArrays:
-        """One set of columns for the timeline build (joined once, not one small array set per key)."""
+        """One set of columns for the timeline build. Targets named by the entries of one event with
+        the same expression share their arrays (adapter.pipeline.contributions), so each distinct
+        array is copied once and the columns are gathered from those (not 100 000 small copies)."""
         parts = self.parts
         if not parts:
             return ContributionArrays.empty()
-        counts = [len(p[0]) for p in parts]
-        return ContributionArrays(
-            np.repeat(np.asarray(self.part_keys, np.int64), counts),
-            np.concatenate([p[0] for p in parts]),
-            np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]),
-        )
+        counts = np.fromiter(map(len, (p[0] for p in parts)), np.int64, len(parts))
+        key = np.repeat(np.asarray(self.part_keys, np.int64), counts)
+        distinct: dict[int, int] = {}
+        which = [distinct.setdefault(id(p), len(distinct)) for p in parts]
+        if len(distinct) * 4 > len(parts):
+            return ContributionArrays(key, *(np.concatenate([p[i] for p in parts]) for i in range(3)))
+        firsts = list({id(p): p for p in parts}.values())  # in order of `distinct`
+        lengths = np.fromiter(map(len, (p[0] for p in firsts)), np.int64, len(firsts))
+        offset = np.concatenate([[0], np.cumsum(lengths)[:-1]])[np.asarray(which, np.int64)]
+        ends = np.cumsum(counts)
+        rows = np.repeat(offset - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
+        return ContributionArrays(key, *(np.concatenate([p[i] for p in firsts])[rows] for i in range(3)))
 
 
 def _gather(metrics: Mapping[str, VirtualMetric], events: list[EventFeed], wanted: set[Partition] | None) -> _Gathered:
     out = _Gathered()
-    keys, first_event, more_events = out.keys, out.first_event, out.more_events
-    part_keys, parts = out.part_keys, out.parts
-    index: dict[Key, int] = {}
     for position, event in enumerate(events):
-        before = len(keys)  # keys from index `before` on are new with this event
-        seen: set[int] = set()  # keys of earlier events that this one touches too
-        for entry in event.entries:
-            if entry.metric in metrics and entry.name is not None and (wanted is None or entry.partition in wanted):
-                key = (entry.metric, entry.namespace, entry.name)
-                k = index.setdefault(key, len(keys))
-                if k == len(keys):
-                    keys.append(key)
-                    first_event.append(position)
-                elif k < before:
-                    seen.add(k)
-        for key, arrays in event.contributions.items():
-            if key[0] not in metrics or (wanted is not None and key[:2] not in wanted):
-                continue
-            k = index.setdefault(key, len(keys))
-            if k == len(keys):
-                keys.append(key)
-                first_event.append(position)
-            elif k < before:
-                seen.add(k)
-            part_keys.append(k)
-            parts.append(arrays)
-        for k in seen:
-            more_events.setdefault(k, []).append(position)
+        summary = event.summary()
+        partition = next(iter(summary.partitions)) if len(summary.partitions) == 1 else None
+        if summary.metrics <= metrics.keys() and (wanted is None or summary.partitions <= wanted):
+            out.add(position, partition, summary.named, event.contributions)  # nothing to leave out
+            continue
+        named = [key for key in summary.named if key[0] in metrics and (wanted is None or key[:2] in wanted)]
+        contributions = {
+            key: arrays
+            for key, arrays in event.contributions.items()
+            if key[0] in metrics and (wanted is None or key[:2] in wanted)
+        }
+        out.add(position, partition, named, contributions)
     return out
 
 
 def _targets(
-    keys: list[Key],
     gathered: _Gathered,
     events: list[EventFeed],
     never_fetched: set[str],
     timelines: TimelineSet,
 ) -> dict[Partition, dict[str, Target]]:
     """Every key's Target, by partition and resource. Keys touched by the same events share their
-    holders, sources and extra labels, so those are worked out once per combination of events."""
-    shared: dict[
-        tuple[int, ...],
-        tuple[dict[str, str], tuple[SourceRunner, ...], tuple[str, ...], tuple[str, ...], frozenset[str]],
-    ] = {}
+    holders, sources and extra labels: those are worked out once per combination of events, and
+    the Targets are made column by column."""
+    keys = gathered.keys
+    if not keys:
+        return {}
+    shared = [_shared((position,), events, never_fetched) for position in range(len(events))]
+    resources = list(map(itemgetter(2), keys))
+    if gathered.more_events:  # a few keys touched by several events: one combination index per key
+        which = list(chain.from_iterable(repeat(position, hi - lo) for position, lo, hi, _ in gathered.runs))
+        known: dict[tuple[int, ...], int] = {}
+        for k, more in gathered.more_events.items():
+            touching = (which[k], *more)
+            which[k] = known.setdefault(touching, len(shared))
+            if which[k] == len(shared):
+                shared.append(_shared(touching, events, never_fetched))
 
-    def common(
-        touching: tuple[int, ...],
-    ) -> tuple[dict[str, str], tuple[SourceRunner, ...], tuple[str, ...], tuple[str, ...], frozenset[str]]:
-        found = shared.get(touching)
-        if found is None:
-            labels: dict[str, str] = {"resource": ""}
-            holders: list[tuple[SourceRunner, str]] = []
-            for position in touching:
-                event = events[position]
-                for label, text in event.labels.items():
-                    labels.setdefault(label, text)
-                if event.holder is not None:
-                    holders.append((event.holder, event.name))
-            del labels["resource"]  # each target's own name comes first and wins
-            names = tuple(n for _, n in holders)
-            found = shared[touching] = (
-                labels,
-                tuple(h for h, _ in holders),
-                names,
-                tuple(events[position].name for position in touching),
-                frozenset(n for n in names if n in never_fetched),
+        def column(field: int) -> Iterable[Any]:
+            return [shared[s][field] for s in which]
+
+        labels_of: Iterable[Mapping[str, str]] = column(0)
+    else:  # each key touched by one event: every column is a run per event
+
+        def column(field: int) -> Iterable[Any]:
+            return chain.from_iterable(
+                repeat(shared[position][field], hi - lo) for position, lo, hi, _ in gathered.runs
             )
-        return found
 
+        labels_of = column(0)
+    if any(s[0] for s in shared):
+        labels = [{"resource": r, **extra} for r, extra in zip(resources, labels_of)]
+    else:
+        labels = [{"resource": r} for r in resources]
+    columns = zip(resources, range(len(keys)), labels, column(1), column(2), repeat(timelines), column(3), column(4))
+    targets = list(map(tuple.__new__, repeat(Target), columns))
     grouped: dict[Partition, dict[str, Target]] = {}
-    more_events = gathered.more_events
-    new = tuple.__new__
-    current: tuple[str, str] | None = None
-    members: dict[str, Target] = {}
-    for k, (key, first) in enumerate(zip(keys, gathered.first_event)):
-        more = more_events.get(k)
-        labels, holders, holder_names, sources, never = common((first, *more) if more else (first,))
-        metric, namespace, resource = key
-        if (metric, namespace) != current:
-            current = (metric, namespace)
-            members = grouped.setdefault(current, {})
-        members[resource] = new(
-            Target,
-            (
-                resource,
-                k,
-                {"resource": resource, **labels} if labels else {"resource": resource},
-                holders,
-                holder_names,
-                timelines,
-                sources,
-                never,
-            ),
-        )
+    for _, lo, hi, partition in gathered.runs:
+        if partition is not None:
+            grouped.setdefault(partition, {}).update(zip(resources[lo:hi], targets[lo:hi]))
+        else:
+            for k in range(lo, hi):
+                grouped.setdefault(keys[k][:2], {})[resources[k]] = targets[k]
     return grouped
+
+
+def _shared(
+    touching: tuple[int, ...], events: list[EventFeed], never_fetched: set[str]
+) -> tuple[dict[str, str], tuple[SourceRunner, ...], tuple[str, ...], tuple[str, ...], frozenset[str]]:
+    """What the targets touched by these events (in event order) have in common: the events'
+    labels (the first event's text wins; `resource` is each target's own), holders and names."""
+    labels: dict[str, str] = {"resource": ""}
+    holders: list[tuple[SourceRunner, str]] = []
+    for position in touching:
+        event = events[position]
+        for label, text in event.labels.items():
+            labels.setdefault(label, text)
+        if event.holder is not None:
+            holders.append((event.holder, event.name))
+    del labels["resource"]
+    names = tuple(n for _, n in holders)
+    return (
+        labels,
+        tuple(h for h, _ in holders),
+        names,
+        tuple(events[position].name for position in touching),
+        frozenset(n for n in names if n in never_fetched),
+    )
