@@ -210,18 +210,17 @@ def build_timelines(
 
         bounds = np.linspace(0, n_keys, chunks + 1).astype(np.int64)
         key = np.asarray(contributions.key, dtype=np.int64)
+        columns = (contributions.start, contributions.end, contributions.value)
+        ordered = bool(np.all(key[1:] >= key[:-1]))  # usually: contributions come grouped by key
+        cuts = np.searchsorted(key, bounds) if ordered else bounds
         jobs = []
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            sel = (key >= lo) & (key < hi)
-            jobs.append(
-                (
-                    int(hi - lo),
-                    which[lo:hi],
-                    ContributionArrays(
-                        key[sel] - lo, contributions.start[sel], contributions.end[sel], contributions.value[sel]
-                    ),
-                )
-            )
+        for lo, hi, a, b in zip(bounds[:-1], bounds[1:], cuts[:-1], cuts[1:]):
+            if ordered:  # slices: views, no copies
+                part = ContributionArrays(key[a:b] - lo, *(c[a:b] for c in columns))
+            else:
+                sel = np.flatnonzero((key >= lo) & (key < hi))
+                part = ContributionArrays(key[sel] - lo, *(c[sel] for c in columns))
+            jobs.append((int(hi - lo), which[lo:hi], part))
         with ThreadPoolExecutor(max_workers=chunks) as pool:
             parts = list(pool.map(lambda job: _build_arrays(job[0], table, job[1], job[2]), jobs))
     pre = np.concatenate([p[0] for p in parts])

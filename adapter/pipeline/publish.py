@@ -199,17 +199,25 @@ class _Gathered:
         """Event `position` names these keys and contributes these arrays: one dict operation per key."""
         index, keys = self.index, self.keys
         before = len(keys)
-        seen: list[int] = []  # keys of earlier events that this one touches too
-        for key in (*named, *contributions) if named else contributions:
-            k = index.setdefault(key, len(keys))
-            if k == len(keys):
-                keys.append(key)
-            elif k < before:
-                seen.append(k)
+        touched: Mapping[Key, object] = contributions
+        if named:  # the order keys are first seen in: named, then contributed
+            touched = dict.fromkeys(named)
+            touched.update(contributions)
+        if index.keys().isdisjoint(touched):  # the usual case: only keys no earlier event touched
+            index.update(zip(touched, range(before, before + len(touched))))
+            keys.extend(touched)
+        else:
+            seen: list[int] = []  # keys of earlier events that this one touches too
+            for key in touched:
+                k = index.setdefault(key, len(keys))
+                if k == len(keys):
+                    keys.append(key)
+                elif k < before:
+                    seen.append(k)
+            for k in seen:
+                self.more_events.setdefault(k, []).append(position)
         if len(keys) > before:
             self.runs.append((position, before, len(keys), partition))
-        for k in dict.fromkeys(seen):
-            self.more_events.setdefault(k, []).append(position)
         self.part_keys.extend(map(index.__getitem__, contributions))
         self.parts.extend(contributions.values())
 
@@ -220,18 +228,20 @@ class _Gathered:
         parts = self.parts
         if not parts:
             return ContributionArrays.empty()
-        counts = np.fromiter(map(len, (p[0] for p in parts)), np.int64, len(parts))
+        counts = np.fromiter(map(len, map(itemgetter(0), parts)), np.int64, len(parts))
         key = np.repeat(np.asarray(self.part_keys, np.int64), counts)
-        distinct: dict[int, int] = {}
-        which = [distinct.setdefault(id(p), len(distinct)) for p in parts]
+        ids = list(map(id, parts))
+        distinct = dict(zip(ids, parts))  # in order of first appearance
         if len(distinct) * 4 > len(parts):
-            return ContributionArrays(key, *(np.concatenate([p[i] for p in parts]) for i in range(3)))
-        firsts = list({id(p): p for p in parts}.values())  # in order of `distinct`
-        lengths = np.fromiter(map(len, (p[0] for p in firsts)), np.int64, len(firsts))
-        offset = np.concatenate([[0], np.cumsum(lengths)[:-1]])[np.asarray(which, np.int64)]
+            return ContributionArrays(key, *(np.concatenate(list(map(itemgetter(i), parts))) for i in range(3)))
+        firsts = list(distinct.values())
+        position = dict(zip(distinct, range(len(distinct))))
+        which = np.fromiter(map(position.__getitem__, ids), np.int64, len(ids))
+        lengths = np.fromiter(map(len, map(itemgetter(0), firsts)), np.int64, len(firsts))
+        offset = np.concatenate([[0], np.cumsum(lengths)[:-1]])[which]
         ends = np.cumsum(counts)
         rows = np.repeat(offset - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
-        return ContributionArrays(key, *(np.concatenate([p[i] for p in firsts])[rows] for i in range(3)))
+        return ContributionArrays(key, *(np.concatenate(list(map(itemgetter(i), firsts)))[rows] for i in range(3)))
 
 
 def _gather(metrics: Mapping[str, VirtualMetric], events: list[EventFeed], wanted: set[Partition] | None) -> _Gathered:

@@ -4,6 +4,7 @@ the same arrays, bit for bit, on random inputs. Also its helpers against plain p
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,29 @@ def test_lookahead_windows_match_binary_searches(points, data) -> None:
     cand_lead = np.array([leads[int(c >> timeline._TIME_BITS)] for c in cand], dtype=np.int64)
     np.testing.assert_array_equal(lo, np.searchsorted(breaks, cand, side="right") - 1)
     np.testing.assert_array_equal(hi, np.searchsorted(breaks, cand + cand_lead, side="right") - 1)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_parallel_split_equals_serial(monkeypatch, grouped: bool) -> None:
+    # Contributions grouped by key are split into slices, others by mask: both as one serial build.
+    monkeypatch.setattr(timeline, "PARALLEL_MIN_KEYS", 1)
+    monkeypatch.setattr(timeline, "PARALLEL_MIN_CONTRIBUTIONS", 1)
+    rng = np.random.default_rng(5)
+    n_keys, n = 257, 4000
+    key = rng.integers(0, n_keys - 7, n)  # the last keys have no contributions
+    start = rng.integers(0, 5000, n).astype(float)
+    arrays = ContributionArrays(key, start, start + rng.integers(1, 300, n), rng.normal(50, 20, n))
+    if grouped:
+        order = np.lexsort((arrays.start, arrays.key))
+        arrays = ContributionArrays(*(getattr(arrays, f)[order] for f in ("key", "start", "end", "value")))
+    keys = [("m", "ns", str(i)) for i in range(n_keys)]
+    table = [MetricPolicy(lead_time=30, merge_strategy="Max", default_value=1), MetricPolicy(hold_time=5)]
+    index = rng.integers(0, 2, n_keys)
+    for workers in (2, 3):
+        serial = timeline.build_timelines(keys, table, arrays, policy_index=index, workers=1)
+        parallel = timeline.build_timelines(keys, table, arrays, policy_index=index, workers=workers)
+        for a, b in zip(
+            (serial._pre, serial._offsets, serial._break_ms, serial._values),
+            (parallel._pre, parallel._offsets, parallel._break_ms, parallel._values),
+        ):
+            np.testing.assert_array_equal(a, b)
