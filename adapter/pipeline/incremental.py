@@ -182,8 +182,9 @@ def _update_partition(
     waiting = tuple(w for w in view.waiting if w[0].health.last_success is None)
     if removed or any(r not in view.by_resource for r in updated):
         return PartitionView(view.timelines, None, by_resource, None, waiting)  # new order: sorted once, here
-    # Same targets, same order: the list of targets is made again only if someone asks for it.
-    return PartitionView(view.timelines, None, by_resource, view.resources, waiting)
+    # Same targets, same order: the list of targets is made again only if someone asks for it (and
+    # the names are sorted here only if they were before: this runs on the event loop).
+    return PartitionView(view.timelines, None, by_resource, view.resources_if_sorted, waiting)
 
 
 class LayeredTargets(Mapping[str, Target]):

@@ -104,6 +104,12 @@ class PartitionView:
         return self._resources
 
     @property
+    def resources_if_sorted(self) -> tuple[str, ...] | None:
+        """`resources` if already made, else None (a view with the same targets can pass it on
+        without sorting them now)."""
+        return self._resources
+
+    @property
     def targets(self) -> tuple[Target, ...]:
         if self._targets is None:
             by_resource = self.by_resource
