@@ -6,6 +6,7 @@ stopping sources is the engine's business.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -303,13 +304,15 @@ def unreachable_targets(entries: Iterable[EntryPlan], keys: Iterable[Key]) -> tu
     alphanumerics, '-', '_' and '.' -- which a Deployment name of 64+ characters or a label value
     taken from an item (`nameFromLabel`) need not be."""
     found: dict[str, str] = {}
-    targets = [(e.namespace, e.name) for e in entries if e.name is not None]
-    targets.extend((namespace, resource) for _, namespace, resource in keys)
+    # Entries name most keys too: each target once, each string checked once (a snapshot of 1 000
+    # targets runs this on the event loop).
+    targets = dict.fromkeys((e.namespace, e.name) for e in entries if e.name is not None)
+    targets.update(dict.fromkeys((namespace, resource) for _, namespace, resource in keys))
     for namespace, resource in targets:
         if f"{namespace}/{resource}" in found:
             continue
-        problems = [f"namespace: {p}" for p in _label_value_errors(namespace) if namespace]
-        problems += [f"name: {p}" for p in _label_value_errors(resource)]
+        problems = [f"namespace: {p}" for p in _label_problems(namespace) if namespace]
+        problems += [f"name: {p}" for p in _label_problems(resource)]
         if not resource:
             problems.append("name: empty")
         if problems:
@@ -317,6 +320,11 @@ def unreachable_targets(entries: Iterable[EntryPlan], keys: Iterable[Key]) -> tu
             if len(found) >= MAX_UNREACHABLE_LISTED:
                 break
     return tuple(f"{target}: {why}" for target, why in sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _label_problems(value: str) -> tuple[str, ...]:
+    return tuple(_label_value_errors(value))
 
 
 def name_of(doc: Mapping[str, Any]) -> str | None:

@@ -228,26 +228,30 @@ class _Gathered:
         self.parts.extend(contributions.values())
 
     def contributions(self) -> ContributionArrays:
-        """One set of columns for the timeline build. Targets named by the entries of one event with
-        the same expression share their arrays (adapter.pipeline.contributions), so each distinct
-        array is copied once and the columns are gathered from those (not 100 000 small copies)."""
-        parts = self.parts
-        if not parts:
-            return ContributionArrays.empty()
-        counts = np.fromiter(map(len, map(itemgetter(0), parts)), np.int64, len(parts))
-        key = np.repeat(np.asarray(self.part_keys, np.int64), counts)
-        ids = list(map(id, parts))
-        distinct = dict(zip(ids, parts))  # in order of first appearance
-        if len(distinct) * 4 > len(parts):
-            return ContributionArrays(key, *(np.concatenate(list(map(itemgetter(i), parts))) for i in range(3)))
-        firsts = list(distinct.values())
-        position = dict(zip(distinct, range(len(distinct))))
-        which = np.fromiter(map(position.__getitem__, ids), np.int64, len(ids))
-        lengths = np.fromiter(map(len, map(itemgetter(0), firsts)), np.int64, len(firsts))
-        offset = np.concatenate([[0], np.cumsum(lengths)[:-1]])[which]
-        ends = np.cumsum(counts)
-        rows = np.repeat(offset - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
-        return ContributionArrays(key, *(np.concatenate(list(map(itemgetter(i), firsts)))[rows] for i in range(3)))
+        return join_contributions(self.part_keys, self.parts)
+
+
+def join_contributions(part_keys: Sequence[int], parts: Sequence[Arrays]) -> ContributionArrays:
+    """One set of columns for a timeline build: `parts[i]` belongs to key `part_keys[i]`. Targets
+    named by the entries of one event with the same expression share their arrays
+    (adapter.pipeline.contributions), so each distinct array is copied once and the columns are
+    gathered from those (not 100 000 small copies)."""
+    if not parts:
+        return ContributionArrays.empty()
+    counts = np.fromiter(map(len, map(itemgetter(0), parts)), np.int64, len(parts))
+    key = np.repeat(np.asarray(part_keys, np.int64), counts)
+    ids = list(map(id, parts))
+    distinct = dict(zip(ids, parts))  # in order of first appearance
+    if len(distinct) * 4 > len(parts):
+        return ContributionArrays(key, *(np.concatenate(list(map(itemgetter(i), parts))) for i in range(3)))
+    firsts = list(distinct.values())
+    position = dict(zip(distinct, range(len(distinct))))
+    which = np.fromiter(map(position.__getitem__, ids), np.int64, len(ids))
+    lengths = np.fromiter(map(len, map(itemgetter(0), firsts)), np.int64, len(firsts))
+    offset = np.concatenate([[0], np.cumsum(lengths)[:-1]])[which]
+    ends = np.cumsum(counts)
+    rows = np.repeat(offset - (ends - counts), counts) + np.arange(int(ends[-1]), dtype=np.int64)
+    return ContributionArrays(key, *(np.concatenate(list(map(itemgetter(i), firsts)))[rows] for i in range(3)))
 
 
 def _gather(metrics: Mapping[str, VirtualMetric], events: list[EventFeed], wanted: set[Partition] | None) -> _Gathered:
