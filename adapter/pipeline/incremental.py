@@ -130,13 +130,14 @@ def _update_partition(
         feed = feeds.get(name)
         if feed is None:
             continue
-        touched = {e.name for e in feed.entries if e.name is not None and e.partition == partition}
-        touched.update(r for m, ns, r in feed.contributions if m == metric_name and ns == namespace)
-        for resource in touched:
+        for resource in resources.intersection(feed.touches.get(partition, ())):
             changed_touch.setdefault(resource, []).append(name)
     touching: dict[str, list[str]] = {}
+    known: set[str] = set()  # of `resources`, those `view` has
     for resource in resources:
         old = view.by_resource.get(resource)
+        if old is not None:
+            known.add(resource)
         names = [n for n in (old.sources if old is not None else ()) if n not in changed_events and n in feeds]
         names.extend(changed_touch.get(resource, ()))
         if names:
@@ -179,10 +180,11 @@ def _update_partition(
                 never,
             ),
         )
-    removed = {r for r in resources if r not in updated and r in view.by_resource}
-    by_resource = LayeredTargets.on(view.by_resource, updated, removed)
+    removed = known.difference(updated)
+    added = len(updated) - (len(known) - len(removed))  # targets `view` does not have
+    by_resource = LayeredTargets.on(view.by_resource, updated, removed, len(view.by_resource) + added - len(removed))
     waiting = tuple(w for w in view.waiting if w[0].health.last_success is None)
-    if removed or any(r not in view.by_resource for r in updated):
+    if removed or added:
         return PartitionView(view.timelines, None, by_resource, None, waiting)  # new order: sorted once, here
     # Same targets, same order: the list of targets is made again only if someone asks for it (and
     # the names are sorted here only if they were before: this runs on the event loop).
@@ -222,10 +224,14 @@ class LayeredTargets(Mapping[str, Target]):
         self._len = len(base) - len(gone) + sum(1 for r in top if r not in base) if length is None else length
 
     @staticmethod
-    def on(previous: Mapping[str, Target], changed: Mapping[str, Target], removed: set[str]) -> Mapping[str, Target]:
-        # Counted from the changes (not by a scan of `top`, which grows with every snapshot).
-        length = len(previous) + sum(1 for r in changed if r not in previous)
-        length -= sum(1 for r in removed if r in previous and r not in changed)
+    def on(
+        previous: Mapping[str, Target], changed: Mapping[str, Target], removed: set[str], length: int | None = None
+    ) -> Mapping[str, Target]:
+        """`previous` with `changed` set and `removed` gone; `length`, when the caller knows it, is the
+        result's (else it is counted from the changes: never by a scan of everything changed so far)."""
+        if length is None:
+            length = len(previous) + sum(1 for r in changed if r not in previous)
+            length -= sum(1 for r in removed if r in previous and r not in changed)
         if isinstance(previous, LayeredTargets):
             base, top, gone = previous._base, dict(previous._top), set(previous._gone)
         else:

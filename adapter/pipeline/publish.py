@@ -8,6 +8,7 @@ rebuilt together share one vectorised timeline build.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,15 @@ class EventFeed:
     def partitions(self) -> set[Partition]:
         """Every partition this event can contribute to (a label-named target stays in its entry's)."""
         return set(self.summary().partitions)
+
+    @functools.cached_property
+    def touches(self) -> Mapping[Partition, frozenset[str]]:
+        """The targets this event names or contributes to, by partition. Made once per feed: a
+        publication rebuilds its targets in pieces, and each piece asks."""
+        out: dict[Partition, set[str]] = {}
+        for metric, namespace, resource in (*self.summary().named, *self.contributions):
+            out.setdefault((metric, namespace), set()).add(resource)
+        return {partition: frozenset(resources) for partition, resources in out.items()}
 
 
 class Target(NamedTuple):
