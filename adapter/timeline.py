@@ -244,8 +244,10 @@ def _build_arrays(
     default = policy.default.per_key
 
     kidx = np.asarray(contributions.key, dtype=np.int64)
-    start = to_ms(contributions.start) + _SHIFT
-    end = to_ms(contributions.end) + _SHIFT
+    start = to_ms(contributions.start)
+    start += _SHIFT
+    end = to_ms(contributions.end)
+    end += _SHIFT
     value = np.asarray(contributions.value, dtype=float)
     if len(kidx):
         end += policy.hold_ms.at(kidx)
@@ -255,7 +257,9 @@ def _build_arrays(
 
     # --- F: merged load per segment --------------------------------------------------------------
     key_shift = kidx << _TIME_BITS
-    edges = np.concatenate([key_shift | start, key_shift | end])
+    edges = np.empty(2 * len(kidx), dtype=np.int64)
+    np.bitwise_or(key_shift, start, out=edges[: len(kidx)])
+    np.bitwise_or(key_shift, end, out=edges[len(kidx) :])
     breaks, rank = _unique_with_rank(edges)  # segment j = [breaks[j], breaks[j+1])
     i_s, i_e = rank[: len(kidx)], rank[len(kidx) :]
     seg, seg_val = _expand_ranges(i_s, i_e, value)
@@ -353,7 +357,9 @@ def _unique_with_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(ordered) > 1:
         np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     rank = np.empty(len(values), dtype=np.int64)
-    rank[order] = np.cumsum(keep) - 1
+    position = np.cumsum(keep)
+    position -= 1
+    rank[order] = position
     return ordered[np.flatnonzero(keep)], rank
 
 
@@ -367,16 +373,29 @@ def _lookahead_windows(breaks: np.ndarray, lead: np.ndarray | np.generic) -> tup
     <= c + lead exactly when b - lead <= c, so both indexes are counts of the merged runs' elements
     <= c. Each value carries its origin in the low bit (0: a break, 1: a shifted break), which also
     orders a break before an equal shifted one."""
-    merged = np.concatenate([breaks << 1, ((breaks - lead) << 1) | 1])
+    n = len(breaks)
+    merged = np.empty(2 * n, dtype=np.int64)  # filled in place: these arrays are the build's largest
+    np.left_shift(breaks, 1, out=merged[:n])
+    shifted = merged[n:]
+    np.subtract(breaks, lead, out=shifted)
+    shifted <<= 1
+    shifted |= 1
     merged.sort(kind="stable")  # two sorted runs: a linear merge
     last = np.empty(len(merged), dtype=bool)  # the last element of each run of equal values
     last[-1] = True
     # Values are distinct (breaks are, and so are shifted ones), so equal ones differ in the low bit only.
-    np.not_equal(merged[1:] ^ merged[:-1], 1, out=last[:-1])
-    shifted_le = np.cumsum(merged & 1)
+    step = np.bitwise_xor(merged[1:], merged[:-1])
+    np.not_equal(step, 1, out=last[:-1])
+    shifted_le = np.bitwise_and(merged, 1, out=np.empty_like(merged))
+    np.cumsum(shifted_le, out=shifted_le)
     at = np.flatnonzero(last)  # integer gathers: boolean masks of this size are several times slower
-    hi = shifted_le[at] - 1
-    return merged[at] >> 1, at - hi - 1, hi
+    hi = shifted_le[at]
+    hi -= 1
+    cand = merged[at]
+    cand >>= 1
+    lo = at - hi
+    lo -= 1
+    return cand, lo, hi
 
 
 def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -385,8 +404,11 @@ def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple
     total = int(lengths.sum()) if len(lengths) else 0
     if total == 0:
         return np.empty(0, np.int64), np.empty(0)
-    starts = np.repeat(i_s - (np.cumsum(lengths) - lengths), lengths)
-    seg = starts + np.arange(total, dtype=np.int64)
+    shift = np.cumsum(lengths)
+    shift -= lengths
+    np.subtract(i_s, shift, out=shift)
+    seg = np.repeat(shift, lengths)
+    seg += np.arange(total, dtype=np.int64)
     return seg, np.repeat(value, lengths)
 
 
