@@ -13,7 +13,9 @@ passing needs no rebuild either.
 Layout: all keys share flat numpy arrays (CSR style, key k owns [offsets[k], offsets[k+1])). Internally
 times are int64 milliseconds shifted by _SHIFT so that `time - leadTime` stays positive, and each
 breakpoint is combined with its key index into one sortable int64 (`key << 43 | ms`), which lets one
-`np.unique`/`np.searchsorted` serve all keys at once.
+sort of the edges and one merge for the lookahead windows serve all keys at once (segmented: no
+Python loop or numpy call per key). tests/timeline_v1.py keeps the previous build, which tests
+compare with this one bit for bit.
 """
 
 from __future__ import annotations
