@@ -24,7 +24,7 @@ from adapter.pipeline.objects import MetricNames, ObjectTable, resolve_metric_na
 from adapter.pipeline.publish import EMPTY, Published
 
 # Item snapshots are rebuilt on the event loop in pieces of this many targets (a few ms each).
-INLINE_TARGETS = 2000
+INLINE_TARGETS = 500
 
 
 class Publisher:

@@ -13,14 +13,17 @@ passing needs no rebuild either.
 Layout: all keys share flat numpy arrays (CSR style, key k owns [offsets[k], offsets[k+1])). Internally
 times are int64 milliseconds shifted by _SHIFT so that `time - leadTime` stays positive, and each
 breakpoint is combined with its key index into one sortable int64 (`key << 43 | ms`), which lets one
-`np.unique`/`np.searchsorted` serve all keys at once.
+sort of the edges and one merge for the lookahead windows serve all keys at once (segmented: no
+Python loop or numpy call per key). tests/timeline_v1.py keeps the previous build, which tests
+compare with this one bit for bit.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,9 +86,10 @@ class TimelineSet:
         offsets: np.ndarray,
         break_ms: np.ndarray,
         values: np.ndarray,
+        index: Mapping[Any, int] | None = None,
     ):
         self.keys = keys
-        self.index = {key: i for i, key in enumerate(keys)}
+        self.index = index if index is not None else dict(zip(keys, range(len(keys))))  # key -> position
         self._pre = pre_values  # V before the key's first breakpoint (clamped default)
         self._offsets = offsets
         self._break_ms = break_ms  # plain unix ms (unshifted)
@@ -172,18 +176,20 @@ def build_timeline(policy: MetricPolicy, contributions: Iterable[Contribution]) 
 
 
 def build_timelines(
-    keys: list[Hashable],
+    keys: Sequence[Hashable],
     policies: Sequence[MetricPolicy],
     contributions: ContributionArrays,
     policy_index: np.ndarray | None = None,
     workers: int = 1,
+    index: Mapping[Any, int] | None = None,
 ) -> TimelineSet:
     """Build V for every key at once; `contributions.key` indexes `keys`.
 
     Policies: either one per key (`policies[k]` for `keys[k]`), or, with `policy_index`, a small
     table that `policy_index[k]` points into (the engine has one policy per metric, so it avoids
     hashing 100 000 equal policies). With `workers > 1` large builds are split by key range and run
-    in threads: the numpy work releases the GIL, so two cores build twice as fast.
+    in threads: the numpy work releases the GIL, so two cores build twice as fast. `index`, when
+    given, is `{key: position in keys}` and becomes the set's own (the caller made it anyway).
 
     Contributions with a non-finite value or an empty window are ignored (the engine reports them
     before they get here).
@@ -206,25 +212,29 @@ def build_timelines(
 
         bounds = np.linspace(0, n_keys, chunks + 1).astype(np.int64)
         key = np.asarray(contributions.key, dtype=np.int64)
+        columns = (contributions.start, contributions.end, contributions.value)
+        ordered = bool(np.all(key[1:] >= key[:-1]))  # usually: contributions come grouped by key
+        cuts = np.searchsorted(key, bounds) if ordered else bounds
         jobs = []
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            sel = (key >= lo) & (key < hi)
-            jobs.append(
-                (
-                    int(hi - lo),
-                    which[lo:hi],
-                    ContributionArrays(
-                        key[sel] - lo, contributions.start[sel], contributions.end[sel], contributions.value[sel]
-                    ),
-                )
-            )
+        for lo, hi, a, b in zip(bounds[:-1], bounds[1:], cuts[:-1], cuts[1:]):
+            if ordered:  # slices: views, no copies
+                part = ContributionArrays(key[a:b] - lo, *(c[a:b] for c in columns))
+            else:
+                sel = np.flatnonzero((key >= lo) & (key < hi))
+                part = ContributionArrays(key[sel] - lo, *(c[sel] for c in columns))
+            jobs.append((int(hi - lo), which[lo:hi], part))
         with ThreadPoolExecutor(max_workers=chunks) as pool:
             parts = list(pool.map(lambda job: _build_arrays(job[0], table, job[1], job[2]), jobs))
     pre = np.concatenate([p[0] for p in parts])
     shifts = np.cumsum([0] + [len(p[2]) for p in parts[:-1]])
     offsets = np.concatenate([[0]] + [p[1][1:] + shift for p, shift in zip(parts, shifts)]).astype(np.int64)
     return TimelineSet(
-        list(keys), pre, offsets, np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
+        list(keys),
+        pre,
+        offsets,
+        np.concatenate([p[2] for p in parts]),
+        np.concatenate([p[3] for p in parts]),
+        index,
     )
 
 
@@ -232,91 +242,162 @@ def _build_arrays(
     n_keys: int, table: Sequence[MetricPolicy], which: np.ndarray, contributions: ContributionArrays
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(pre values, offsets, breakpoints in unix ms, values) for keys 0..n_keys-1."""
-    default = np.array([p.default_value for p in table], dtype=float)[which]
-    lead_ms = to_ms([p.lead_time for p in table])[which] if n_keys else np.empty(0, np.int64)
-    hold_ms = to_ms([p.hold_time for p in table])[which] if n_keys else np.empty(0, np.int64)
-    lo_clamp = np.array([-math.inf if p.min is None else p.min for p in table], dtype=float)[which]
-    hi_clamp = np.array([math.inf if p.max is None else p.max for p in table], dtype=float)[which]
-    strategy = np.array([STRATEGIES.index(p.merge_strategy) for p in table], dtype=np.int8)[which]
+    policy = _PolicyColumns(table, which)
+    default = policy.default.per_key
 
     kidx = np.asarray(contributions.key, dtype=np.int64)
-    start = to_ms(contributions.start) + _SHIFT
-    end = to_ms(contributions.end) + _SHIFT
+    start = to_ms(contributions.start)
+    start += _SHIFT
+    end = to_ms(contributions.end)
+    end += _SHIFT
     value = np.asarray(contributions.value, dtype=float)
     if len(kidx):
-        end = end + hold_ms[kidx]
+        end += policy.hold_ms.at(kidx)
         keep = np.isfinite(value) & (end > start)
         if not keep.all():
             kidx, start, end, value = kidx[keep], start[keep], end[keep], value[keep]
 
     # --- F: merged load per segment --------------------------------------------------------------
     key_shift = kidx << _TIME_BITS
-    s_comb, e_comb = key_shift | start, key_shift | end
-    breaks, rank = _unique_with_rank(np.concatenate([s_comb, e_comb]))  # segment j = [breaks[j], breaks[j+1])
-    i_s, i_e = rank[: len(s_comb)], rank[len(s_comb) :]
+    edges = np.empty(2 * len(kidx), dtype=np.int64)
+    np.bitwise_or(key_shift, start, out=edges[: len(kidx)])
+    np.bitwise_or(key_shift, end, out=edges[len(kidx) :])
+    breaks, rank = _unique_with_rank(edges)  # segment j = [breaks[j], breaks[j+1])
+    i_s, i_e = rank[: len(kidx)], rank[len(kidx) :]
     seg, seg_val = _expand_ranges(i_s, i_e, value)
     n_b = len(breaks)
     count = np.bincount(seg, minlength=n_b)
     total = np.bincount(seg, weights=seg_val, minlength=n_b)
     break_key = breaks >> _TIME_BITS
-    seg_strategy = strategy[break_key] if n_b else np.empty(0, np.int8)
-    f = np.where(count > 0, total, default[break_key] if n_b else 0.0)
     active = count > 0
-    avg_mask = active & (seg_strategy == 3)
-    f[avg_mask] = total[avg_mask] / count[avg_mask]
-    if np.any(seg_strategy == 1) or np.any(seg_strategy == 2):
+    f = np.where(active, total, policy.default.at(break_key))
+    strategies = policy.strategy.present(break_key)
+    if 3 in strategies:
+        avg_mask = active if strategies == {3} else active & (policy.strategy.at(break_key) == 3)
+        f[avg_mask] = total[avg_mask] / count[avg_mask]
+    if 1 in strategies or 2 in strategies:
         seg_max, seg_min = _group_extrema(seg, seg_val, n_b)
-        f = np.where(active & (seg_strategy == 1), seg_max, f)
-        f = np.where(active & (seg_strategy == 2), seg_min, f)
+        for code, extreme in ((1, seg_max), (2, seg_min)):
+            if code in strategies:
+                mask = active if strategies == {code} else active & (policy.strategy.at(break_key) == code)
+                f = np.where(mask, extreme, f)
 
     # --- V: lookahead peak over [t, t + leadTime] -------------------------------------------------
     per_key = np.bincount(break_key, minlength=n_keys) if n_b else np.zeros(n_keys, np.int64)
     first = np.concatenate([[0], np.cumsum(per_key)])[:-1]  # index of each key's first breakpoint
-    lead_of_break = lead_ms[break_key] if n_b else np.empty(0, np.int64)
-    if n_b and np.any(lead_of_break > 0):
-        cand = _sorted_unique(np.concatenate([breaks, breaks - lead_of_break]))
+    if n_b and policy.lead_ms.any_positive(break_key):
+        cand, lo, hi = _lookahead_windows(breaks, policy.lead_ms.at(break_key))
         cand_key = cand >> _TIME_BITS
-        lo = np.searchsorted(breaks, cand, side="right") - 1
-        hi = np.searchsorted(breaks, cand + lead_ms[cand_key], side="right") - 1
-        before_first = lo < first[cand_key]  # window starts before the key's first edge: default is in it
-        lo = np.where(before_first, first[cand_key], lo)
+        first_of_cand = first[cand_key]
+        before_first = lo < first_of_cand  # window starts before the key's first edge: default is in it
+        lo = np.where(before_first, first_of_cand, lo)
         v = _range_max(f, lo, hi)
-        v = np.where(before_first, np.maximum(v, default[cand_key]), v)
+        v = np.where(before_first, np.maximum(v, policy.default.at(cand_key)), v)
         v_breaks, v_key = cand, cand_key
     else:
         v, v_breaks, v_key = f, breaks, break_key
-    v = np.clip(v, lo_clamp[v_key], hi_clamp[v_key]) if len(v) else v
-    pre = np.clip(default, lo_clamp, hi_clamp)
+    if len(v) and policy.clamps:
+        v = np.clip(v, policy.lo_clamp.at(v_key), policy.hi_clamp.at(v_key))
+    pre = np.clip(default, policy.lo_clamp.per_key, policy.hi_clamp.per_key)
 
     counts = np.bincount(v_key, minlength=n_keys) if len(v_key) else np.zeros(n_keys, np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64, copy=False)
     plain_ms = (v_breaks & _TIME_MASK) - _SHIFT
-    return pre, offsets, plain_ms.astype(np.int64), v.astype(float)
+    return pre, offsets, plain_ms.astype(np.int64, copy=False), v.astype(float, copy=False)
+
+
+class _Column:
+    """One policy field for every key: `at(key_index_array)` gives it per element, as a scalar when
+    every key has the same policy (one metric: no gather over millions of breakpoints)."""
+
+    def __init__(self, by_policy: np.ndarray, which: np.ndarray, uniform: bool):
+        self.per_key = by_policy[which]
+        self._scalar = by_policy[which[0]] if uniform and len(which) else None
+
+    def at(self, keys: np.ndarray) -> np.ndarray | np.generic:
+        return self._scalar if self._scalar is not None else self.per_key[keys]
+
+    def any_positive(self, keys: np.ndarray) -> bool:
+        return bool(self._scalar > 0) if self._scalar is not None else bool(np.any(self.per_key[keys] > 0))
+
+    def present(self, keys: np.ndarray) -> set[int]:
+        if self._scalar is not None:
+            return {int(self._scalar)} if len(keys) else set()
+        return {int(x) for x in np.unique(self.per_key[keys])}
+
+
+class _PolicyColumns:
+    def __init__(self, table: Sequence[MetricPolicy], which: np.ndarray):
+        uniform = bool(len(which) == 0 or np.all(which == which[0]))
+        self.default = _Column(np.array([p.default_value for p in table], dtype=float), which, uniform)
+        self.lead_ms = _Column(to_ms([p.lead_time for p in table]), which, uniform)
+        self.hold_ms = _Column(to_ms([p.hold_time for p in table]), which, uniform)
+        lo = np.array([-math.inf if p.min is None else p.min for p in table], dtype=float)
+        hi = np.array([math.inf if p.max is None else p.max for p in table], dtype=float)
+        self.clamps = any(p.min is not None or p.max is not None for p in table)
+        self.lo_clamp = _Column(lo, which, uniform)
+        self.hi_clamp = _Column(hi, which, uniform)
+        codes = np.array([STRATEGIES.index(p.merge_strategy) for p in table], dtype=np.int8)
+        self.strategy = _Column(codes, which, uniform)
+
+
+def _argsort(values: np.ndarray) -> np.ndarray:
+    """argsort, picking the algorithm by how sorted `values` already is. Contributions usually come
+    grouped by key and in time order, so the edges are a few sorted runs, which timsort (numpy's
+    stable sort) merges in linear time; on shuffled input it is several times slower than the default."""
+    if len(values) > 1 and np.count_nonzero(values[1:] < values[:-1]) <= len(values) >> 8:
+        return np.argsort(values, kind="stable")
+    return np.argsort(values)
 
 
 def _unique_with_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique values and, for each input, its index among them (one argsort, no searches:
     binary searches with unsorted needles thrash the cache at a million points)."""
-    order = np.argsort(values)  # equal values get equal ranks, so stability is not needed
+    order = _argsort(values)  # equal values get equal ranks, so stability is not needed
     ordered = values[order]
     keep = np.ones(len(ordered), dtype=bool)
     if len(ordered) > 1:
         np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     rank = np.empty(len(values), dtype=np.int64)
-    rank[order] = np.cumsum(keep) - 1
-    return ordered[keep], rank
+    position = np.cumsum(keep)
+    position -= 1
+    rank[order] = position
+    return ordered[np.flatnonzero(keep)], rank
 
 
-def _sorted_unique(values: np.ndarray) -> np.ndarray:
-    # np.unique in numpy 2 hashes before sorting, which is several times slower for int64 here. The
-    # input is two sorted runs, which the stable sort (timsort) merges in linear time.
-    ordered = np.sort(values, kind="stable")
-    if len(ordered) < 2:
-        return ordered
-    keep = np.empty(len(ordered), dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+def _lookahead_windows(breaks: np.ndarray, lead: np.ndarray | np.generic) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """V's candidate breakpoints (the sorted union of `breaks` and `breaks - lead`) and, for each
+    candidate c, the index of the last break <= c (lo) and of the last break <= c + lead (hi).
+
+    `breaks` is sorted and unique (key in the high bits), `lead` is its key's leadTime in ms (one
+    scalar when every key has the same), and
+    `breaks - lead` stays in its key's range. One merge instead of two binary searches: a break b is
+    <= c + lead exactly when b - lead <= c, so both indexes are counts of the merged runs' elements
+    <= c. Each value carries its origin in the low bit (0: a break, 1: a shifted break), which also
+    orders a break before an equal shifted one."""
+    n = len(breaks)
+    merged = np.empty(2 * n, dtype=np.int64)  # filled in place: these arrays are the build's largest
+    np.left_shift(breaks, 1, out=merged[:n])
+    shifted = merged[n:]
+    np.subtract(breaks, lead, out=shifted)
+    shifted <<= 1
+    shifted |= 1
+    merged.sort(kind="stable")  # two sorted runs: a linear merge
+    last = np.empty(len(merged), dtype=bool)  # the last element of each run of equal values
+    last[-1] = True
+    # Values are distinct (breaks are, and so are shifted ones), so equal ones differ in the low bit only.
+    step = np.bitwise_xor(merged[1:], merged[:-1])
+    np.not_equal(step, 1, out=last[:-1])
+    shifted_le = np.bitwise_and(merged, 1, out=np.empty_like(merged))
+    np.cumsum(shifted_le, out=shifted_le)
+    at = np.flatnonzero(last)  # integer gathers: boolean masks of this size are several times slower
+    hi = shifted_le[at]
+    hi -= 1
+    cand = merged[at]
+    cand >>= 1
+    lo = at - hi
+    lo -= 1
+    return cand, lo, hi
 
 
 def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -325,38 +406,51 @@ def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple
     total = int(lengths.sum()) if len(lengths) else 0
     if total == 0:
         return np.empty(0, np.int64), np.empty(0)
-    starts = np.repeat(i_s - (np.cumsum(lengths) - lengths), lengths)
-    seg = starts + np.arange(total, dtype=np.int64)
+    shift = np.cumsum(lengths)
+    shift -= lengths
+    np.subtract(i_s, shift, out=shift)
+    seg = np.repeat(shift, lengths)
+    seg += np.arange(total, dtype=np.int64)
     return seg, np.repeat(value, lengths)
 
 
 def _group_extrema(seg: np.ndarray, val: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    # ufunc.at is unbuffered and, since numpy 2, much faster than sorting the segment ids.
+    """Max and min of `val` per segment id in `seg` (+-inf where a segment has none): one sort of
+    the ids and a segmented reduce (ufunc.at is unbuffered: ~100 ns per element)."""
     seg_max = np.full(n, -np.inf)
     seg_min = np.full(n, np.inf)
-    np.maximum.at(seg_max, seg, val)
-    np.minimum.at(seg_min, seg, val)
+    if not len(seg):
+        return seg_max, seg_min
+    order = _argsort(seg)
+    ids, vals = seg[order], val[order]
+    first = np.ones(len(ids), dtype=bool)
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    present = ids[starts]
+    seg_max[present] = np.maximum.reduceat(vals, starts)
+    seg_min[present] = np.minimum.reduceat(vals, starts)
     return seg_max, seg_min
 
 
 def _range_max(f: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """max(f[lo[i]:hi[i]+1]) for each i (lo <= hi). Expands short ranges; sparse table for long ones."""
+    """max(f[lo[i]:hi[i]+1]) for each i (lo <= hi), from a sparse table: row j holds the maxima of
+    the windows of 2**j, and each range is the max of two (overlapping) windows of its row."""
+    if not len(lo):
+        return np.empty(0)
+    n = len(f)
     lengths = hi - lo + 1
-    total = int(lengths.sum())
-    if total <= 8 * len(lo) + 1_000_000:
-        idx, _ = _expand_ranges(lo, hi + 1, np.zeros(len(lo)))
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        return np.maximum.reduceat(f[idx], starts)
-    table = [f]
-    span = 1
-    while span * 2 <= int(lengths.max()):
-        prev = table[-1]
-        table.append(np.maximum(prev[:-span], prev[span:]))
-        span *= 2
-    level = np.floor(np.log2(lengths)).astype(np.int64)
-    out = np.empty(len(lo))
-    for lv in np.unique(level):
-        sel = level == lv
-        width = 1 << int(lv)
-        out[sel] = np.maximum(table[lv][lo[sel]], table[lv][hi[sel] - width + 1])
-    return out
+    top = int(lengths.max()).bit_length() - 1
+    if top == 0:
+        return f[lo]
+    if int(lengths.max()) == 2:  # the usual case (edges far apart compared with leadTime)
+        return np.maximum(f[lo], f[hi])
+    table = np.empty((top + 1, n))
+    table[0] = f
+    for j in range(1, top + 1):
+        half, valid = 1 << (j - 1), n - (1 << j) + 1  # row j is defined on [0, valid)
+        np.maximum(table[j - 1, :valid], table[j - 1, half : half + valid], out=table[j, :valid])
+        table[j, valid:] = table[j - 1, valid:]  # never read; keeps the table initialised
+    level = np.frexp(lengths.astype(float))[1].astype(np.int64) - 1  # floor(log2(length)), exact
+    flat = table.ravel()
+    row = level * n
+    return np.maximum(flat[row + lo], flat[row + hi - (np.int64(1) << level) + 1])

@@ -1,11 +1,12 @@
 """Timeline benchmarks: rebuild cost at scale and query cost independent of the number of targets.
 
-    .venv/bin/python bench/timeline.py [--targets 100000] [--items 1000000]
+    .venv/bin/python bench/timeline.py [--targets 100000] [--items 1000000] [--runs 5] [--compare] [--full-only]
 
 Prints: time and peak memory to rebuild 100 000 targets from 1 000 000 items (goal < 1 s, < 1 GB),
 vectorised expression throughput; then, in the engine as `prescaler serve` runs it, with 100 000
 targets in one namespace and 1 000 000 contributions loaded: how long after one source's new snapshot
-its new values are served (goal <= 50 ms: only its targets are rebuilt), a full rebuild (goal <= 0.5 s)
+its new values are served (goal <= 50 ms: only its targets are rebuilt), a full rebuild (goal <= 0.5 s;
+median of --runs; with --compare also the build before issue 12, run alternately in the same process)
 and its peak memory per 100 000 targets; and the in-process cost of one query with 10 vs 100 000
 targets loaded (goal: ratio <= 1.2).
 """
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -158,7 +161,7 @@ async def until_idle(engine: Engine, timeout: float = 300.0) -> None:
         await asyncio.sleep(0.001)
 
 
-def bench_partitioned(n_targets: int, items_per_source: int) -> None:
+def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, compare: bool = False) -> None:
     """One source's new snapshot -> its new values served, with everything else loaded."""
 
     async def go() -> None:
@@ -176,17 +179,27 @@ def bench_partitioned(n_targets: int, items_per_source: int) -> None:
             latencies.append(time.perf_counter() - started)
             await until_idle(engine)
         feeds = engine.table.feeds()
+        metrics = engine.names.served
         gc.collect()
+        fulls: list[float] = []
+        before: list[float] = []
         with heap.no_collection():  # as the engine builds
-            t0 = time.perf_counter()
-            build_published(engine.names.served, feeds, T0)
-            full = time.perf_counter() - t0
+            for _ in range(runs):
+                if compare:  # the build before issue 12, alternating with the current one
+                    with previous_build() as old_build:
+                        t0 = time.perf_counter()
+                        old_build(metrics, feeds, T0)
+                        before.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                build_published(metrics, feeds, T0)
+                fulls.append(time.perf_counter() - t0)
             tracemalloc.start()
-            build_published(engine.names.served, feeds, T0)
+            build_published(metrics, feeds, T0)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         await engine.stop()
         heap.enable(False)
+        full = statistics.median(fulls)
         print(
             f"partitioned rebuild, {n_targets:,} targets in one namespace x {items_per_source} items each "
             f"= {contributions:,} contributions loaded:"
@@ -198,11 +211,33 @@ def bench_partitioned(n_targets: int, items_per_source: int) -> None:
             f"(goal <= 50 ms)"
         )
         print(
-            f"  full rebuild of everything: {full:.3f} s (goal <= 0.5 s); peak traced memory "
+            f"  full rebuild of everything: median {full:.3f} s of {runs} (min {min(fulls):.3f}, max "
+            f"{max(fulls):.3f}; goal <= 0.5 s); peak traced memory "
             f"{peak / 2**20:.0f} MiB = {peak / 2**20 / (n_targets / 100_000):.0f} MiB per 100 000 targets"
         )
+        if compare:
+            print(
+                f"  the same full rebuild as built before issue 12 (tests/publish_v1.py, tests/timeline_v1.py), "
+                f"alternating with it: median {statistics.median(before):.3f} s (min {min(before):.3f}, "
+                f"max {max(before):.3f})"
+            )
 
     asyncio.run(go())
+
+
+@contextlib.contextmanager
+def previous_build() -> Iterator[Callable[..., object]]:
+    """The full build as it was before issue 12: per-key publishing and the previous timeline arrays."""
+    from adapter import timeline
+    from tests.publish_v1 import build_published_v1
+    from tests.timeline_v1 import build_arrays_v1
+
+    current = timeline._build_arrays
+    timeline._build_arrays = build_arrays_v1
+    try:
+        yield build_published_v1
+    finally:
+        timeline._build_arrays = current
 
 
 def bench_query(n_targets: int) -> float:
@@ -228,10 +263,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--targets", type=int, default=100_000)
     parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5, help="full rebuilds timed (median, min, max)")
+    parser.add_argument(
+        "--compare", action="store_true", help="also time the full rebuild as built before issue 12, alternating"
+    )
+    parser.add_argument("--full-only", action="store_true", help="only the partitioned and full rebuild figures")
     args = parser.parse_args()
-    bench_rebuild(args.targets, args.items)
-    bench_expressions(args.items)
-    bench_partitioned(args.targets, max(1, args.items // args.targets))
+    if not args.full_only:
+        bench_rebuild(args.targets, args.items)
+        bench_expressions(args.items)
+    bench_partitioned(args.targets, max(1, args.items // args.targets), args.runs, args.compare)
+    if args.full_only:
+        return
     small = bench_query(10)
     large = bench_query(args.targets)
     print(

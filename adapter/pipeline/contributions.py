@@ -42,6 +42,25 @@ class EntryPlan:
 
 
 @dataclass(frozen=True)
+class EntrySummary:
+    """What publishing asks of an event's entries on every build, worked out once per entries list."""
+
+    metrics: frozenset[str]
+    partitions: frozenset[Partition]
+    named: tuple[Key, ...]  # the targets entries name (not from item labels), in entry order
+    by_label: tuple[EntryPlan, ...]  # the entries that name their targets from item labels
+
+    @staticmethod
+    def of(entries: Sequence[EntryPlan]) -> EntrySummary:
+        return EntrySummary(
+            frozenset(e.metric for e in entries),
+            frozenset(e.partition for e in entries),
+            tuple((e.metric, e.namespace, e.name) for e in entries if e.name is not None),
+            tuple(e for e in entries if e.name is None),
+        )
+
+
+@dataclass(frozen=True)
 class Contributions:
     """An event's contributions for one item snapshot, grouped by target key."""
 

@@ -20,10 +20,18 @@ from typing import Any
 import numpy as np
 
 from adapter import heap
-from adapter.pipeline.contributions import Partition
-from adapter.pipeline.publish import REBUILD_WORKERS, EventFeed, PartitionView, Published, Target, build_published
+from adapter.pipeline.contributions import Arrays, Partition
+from adapter.pipeline.publish import (
+    REBUILD_WORKERS,
+    EventFeed,
+    PartitionView,
+    Published,
+    Target,
+    build_published,
+    join_contributions,
+)
 from adapter.resources import VirtualMetric
-from adapter.timeline import ContributionArrays, build_timelines
+from adapter.timeline import build_timelines
 
 
 def split_targets(targets: dict[Partition, set[str]], size: int) -> list[dict[Partition, set[str]]]:
@@ -122,68 +130,83 @@ def _update_partition(
         feed = feeds.get(name)
         if feed is None:
             continue
-        touched = {e.name for e in feed.entries if e.name is not None and e.partition == partition}
-        touched.update(r for m, ns, r in feed.contributions if m == metric_name and ns == namespace)
-        for resource in touched:
+        for resource in resources.intersection(feed.touches.get(partition, ())):
             changed_touch.setdefault(resource, []).append(name)
     touching: dict[str, list[str]] = {}
+    known: set[str] = set()  # of `resources`, those `view` has
     for resource in resources:
         old = view.by_resource.get(resource)
+        if old is not None:
+            known.add(resource)
         names = [n for n in (old.sources if old is not None else ()) if n not in changed_events and n in feeds]
         names.extend(changed_touch.get(resource, ()))
         if names:
             touching[resource] = sorted(names)
     keys = [(metric_name, namespace, r) for r in touching]
-    starts, ends, values, counts = [], [], [], []
-    for key, touched_by in zip(keys, touching.values()):
-        count = 0
+    part_keys: list[int] = []
+    parts: list[Arrays] = []
+    for k, (key, touched_by) in enumerate(zip(keys, touching.values())):
         for name in touched_by:
             arrays = feeds[name].contributions.get(key)
             if arrays is not None:
-                starts.append(arrays[0])
-                ends.append(arrays[1])
-                values.append(arrays[2])
-                count += len(arrays[0])
-        counts.append(count)
-    contributions = ContributionArrays(
-        np.repeat(np.arange(len(keys), dtype=np.int64), counts),
-        *(np.concatenate(a) if a else np.empty(0) for a in (starts, ends, values)),
-    )
+                part_keys.append(k)
+                parts.append(arrays)
     timelines = build_timelines(
-        list(keys), [metric.policy], contributions, policy_index=np.zeros(len(keys), np.int64), workers=REBUILD_WORKERS
+        keys,
+        [metric.policy],
+        join_contributions(part_keys, parts),
+        policy_index=np.zeros(len(keys), np.int64),
+        workers=REBUILD_WORKERS,
     )
+    # Targets touched by the same events share their holders, sources and extra labels.
+    shared: dict[tuple[str, ...], tuple[dict[str, str], tuple[Any, ...], tuple[str, ...], frozenset[str]]] = {}
     updated: dict[str, Target] = {}
     for k, (resource, touched_by) in enumerate(touching.items()):
-        labels = {"resource": resource}
-        holders = []
-        for name in touched_by:
-            feed = feeds[name]
-            for label, text in feed.labels.items():
-                labels.setdefault(label, text)
-            if feed.holder is not None:
-                holders.append((feed.holder, name))
-        if holders:
-            # A holder that never fetched keeps its targets on hold (as build_published decides).
-            never = frozenset(n for h, n in holders if h.health.last_success is None)
-            updated[resource] = Target(
+        sources = tuple(touched_by)
+        common = shared.get(sources)
+        if common is None:
+            common = shared[sources] = _common(sources, feeds)
+        extra, holders, holder_names, never = common
+        updated[resource] = tuple.__new__(
+            Target,
+            (
                 resource,
                 k,
-                labels,
-                tuple(h for h, _ in holders),
-                tuple(n for _, n in holders),
+                {"resource": resource, **extra} if extra else {"resource": resource},
+                holders,
+                holder_names,
                 timelines,
-                tuple(touched_by),
+                sources,
                 never,
-            )
-        else:
-            updated[resource] = Target(resource, k, labels, (), (), timelines, tuple(touched_by))
-    removed = {r for r in resources if r not in updated and r in view.by_resource}
-    by_resource = LayeredTargets.on(view.by_resource, updated, removed)
+            ),
+        )
+    removed = known.difference(updated)
+    added = len(updated) - (len(known) - len(removed))  # targets `view` does not have
+    by_resource = LayeredTargets.on(view.by_resource, updated, removed, len(view.by_resource) + added - len(removed))
     waiting = tuple(w for w in view.waiting if w[0].health.last_success is None)
-    if removed or any(r not in view.by_resource for r in updated):
+    if removed or added:
         return PartitionView(view.timelines, None, by_resource, None, waiting)  # new order: sorted once, here
-    # Same targets, same order: the list of targets is made again only if someone asks for it.
-    return PartitionView(view.timelines, None, by_resource, view.resources, waiting)
+    # Same targets, same order: the list of targets is made again only if someone asks for it (and
+    # the names are sorted here only if they were before: this runs on the event loop).
+    return PartitionView(view.timelines, None, by_resource, view.resources_if_sorted, waiting)
+
+
+def _common(
+    sources: tuple[str, ...], feeds: Mapping[str, EventFeed]
+) -> tuple[dict[str, str], tuple[Any, ...], tuple[str, ...], frozenset[str]]:
+    """The events' labels (the first one's text wins; `resource` is each target's own), holders,
+    their names, and those that never fetched (their targets stay on hold, as build_published decides)."""
+    labels = {"resource": ""}
+    holders = []
+    for name in sources:
+        feed = feeds[name]
+        for label, text in feed.labels.items():
+            labels.setdefault(label, text)
+        if feed.holder is not None:
+            holders.append((feed.holder, name))
+    del labels["resource"]
+    never = frozenset(n for h, n in holders if h.health.last_success is None)
+    return labels, tuple(h for h, _ in holders), tuple(n for _, n in holders), never
 
 
 class LayeredTargets(Mapping[str, Target]):
@@ -194,12 +217,21 @@ class LayeredTargets(Mapping[str, Target]):
 
     __slots__ = ("_base", "_top", "_gone", "_len")
 
-    def __init__(self, base: Mapping[str, Target], top: dict[str, Target], gone: frozenset[str]):
+    def __init__(
+        self, base: Mapping[str, Target], top: dict[str, Target], gone: frozenset[str], length: int | None = None
+    ):
         self._base, self._top, self._gone = base, top, gone
-        self._len = len(base) - len(gone) + sum(1 for r in top if r not in base)
+        self._len = len(base) - len(gone) + sum(1 for r in top if r not in base) if length is None else length
 
     @staticmethod
-    def on(previous: Mapping[str, Target], changed: Mapping[str, Target], removed: set[str]) -> Mapping[str, Target]:
+    def on(
+        previous: Mapping[str, Target], changed: Mapping[str, Target], removed: set[str], length: int | None = None
+    ) -> Mapping[str, Target]:
+        """`previous` with `changed` set and `removed` gone; `length`, when the caller knows it, is the
+        result's (else it is counted from the changes: never by a scan of everything changed so far)."""
+        if length is None:
+            length = len(previous) + sum(1 for r in changed if r not in previous)
+            length -= sum(1 for r in removed if r in previous and r not in changed)
         if isinstance(previous, LayeredTargets):
             base, top, gone = previous._base, dict(previous._top), set(previous._gone)
         else:
@@ -216,7 +248,7 @@ class LayeredTargets(Mapping[str, Target]):
             for resource in gone:
                 del flat[resource]
             return flat
-        return LayeredTargets(base, top, frozenset(gone))
+        return LayeredTargets(base, top, frozenset(gone), length)
 
     def __getitem__(self, resource: str) -> Target:
         target = self._top.get(resource)

@@ -6,6 +6,7 @@ stopping sources is the engine's business.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,7 @@ from adapter.labels import _label_value_errors
 from adapter.pipeline.contributions import (
     Contributions,
     EntryPlan,
+    EntrySummary,
     Key,
     Partition,
     compile_entries,
@@ -68,27 +70,22 @@ class EventState:
 
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
-    _derived: tuple[object, frozenset[str], frozenset[Partition]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    _derived: tuple[object, EntrySummary] | None = field(default=None, repr=False, compare=False)
 
-    def _entries_summary(self) -> tuple[object, frozenset[str], frozenset[Partition]]:
+    @property
+    def summary(self) -> EntrySummary:
         derived = self._derived
         if derived is None or derived[0] is not self.entries:
-            derived = self._derived = (
-                self.entries,
-                frozenset(e.metric for e in self.entries),
-                frozenset(e.partition for e in self.entries),
-            )
-        return derived
+            derived = self._derived = (self.entries, EntrySummary.of(self.entries))
+        return derived[1]
 
     @property
     def metric_names(self) -> frozenset[str]:
-        return self._entries_summary()[1]
+        return self.summary.metrics
 
     @property
     def partitions(self) -> set[Partition]:
-        return set(self._entries_summary()[2])
+        return set(self.summary.partitions)
 
 
 def apply_metric(state: MetricState, doc: Mapping[str, Any]) -> bool:
@@ -248,7 +245,14 @@ class ObjectTable:
             runner = state.runner
             hold = runner is not None and runner.on_stale == "Hold" and not runner.source.never_stale
             out.append(
-                EventFeed(name, state.vme.labels, state.entries, state.contributions.by_key, runner if hold else None)
+                EventFeed(
+                    name,
+                    state.vme.labels,
+                    state.entries,
+                    state.contributions.by_key,
+                    runner if hold else None,
+                    state.summary,
+                )
             )
         return out
 
@@ -300,13 +304,15 @@ def unreachable_targets(entries: Iterable[EntryPlan], keys: Iterable[Key]) -> tu
     alphanumerics, '-', '_' and '.' -- which a Deployment name of 64+ characters or a label value
     taken from an item (`nameFromLabel`) need not be."""
     found: dict[str, str] = {}
-    targets = [(e.namespace, e.name) for e in entries if e.name is not None]
-    targets.extend((namespace, resource) for _, namespace, resource in keys)
+    # Entries name most keys too: each target once, each string checked once (a snapshot of 1 000
+    # targets runs this on the event loop).
+    targets = dict.fromkeys((e.namespace, e.name) for e in entries if e.name is not None)
+    targets.update(dict.fromkeys((namespace, resource) for _, namespace, resource in keys))
     for namespace, resource in targets:
         if f"{namespace}/{resource}" in found:
             continue
-        problems = [f"namespace: {p}" for p in _label_value_errors(namespace) if namespace]
-        problems += [f"name: {p}" for p in _label_value_errors(resource)]
+        problems = [f"namespace: {p}" for p in _label_problems(namespace) if namespace]
+        problems += [f"name: {p}" for p in _label_problems(resource)]
         if not resource:
             problems.append("name: empty")
         if problems:
@@ -314,6 +320,11 @@ def unreachable_targets(entries: Iterable[EntryPlan], keys: Iterable[Key]) -> tu
             if len(found) >= MAX_UNREACHABLE_LISTED:
                 break
     return tuple(f"{target}: {why}" for target, why in sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _label_problems(value: str) -> tuple[str, ...]:
+    return tuple(_label_value_errors(value))
 
 
 def name_of(doc: Mapping[str, Any]) -> str | None:

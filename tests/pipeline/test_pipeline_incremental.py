@@ -88,6 +88,7 @@ def answers(published: Published) -> dict:
     out = {}
     for (m, ns), part in published.partitions.items():
         assert [t.resource for t in part.targets] == sorted(part.by_resource) == list(part.resources)
+        assert len(part.by_resource) == len(list(part.by_resource)) == len(part.targets)
         for target in part.targets:
             values = [
                 query(published, m, ns, parse_selector(f"resource={target.resource}"), NOW + s)
