@@ -109,6 +109,12 @@ class BudgetExhausted(Exception):
     """The server-wide expansion budget has no room for more items."""
 
 
+# A calendar that expanded beyond its own limit does so again on the next fetch (its windows repeat),
+# so for this long the next fetches fail with the same message without expanding again: a thousand
+# such objects would otherwise keep the expansion thread (and through the GIL, the server) busy.
+OVER_LIMIT_RECHECK_SECONDS = 3600.0
+
+
 class ScheduleSource(Source[ScheduleConfig]):
     kind = "schedule"
     never_stale = True
@@ -140,21 +146,33 @@ class ScheduleSource(Source[ScheduleConfig]):
         config: ScheduleConfig = self.config
         return f"schedule ({len(config.items)} items, {len(config.windows)} windows, {config.zone.key})"
 
+    # What the last failed expansion learnt: it went beyond the limit (when), or the budget refused
+    # it after this many items (its next expansion needs at least that much room to be worth starting).
+    _over_limit_at: float | None = None
+    _refused_after = 0
+
     async def fetch(self, now: float) -> FetchResult:
         budget = self.context.expansion_budget
+        taken_items = 0
 
         def take(count: int) -> bool:
-            return budget.take(self, count)
+            nonlocal taken_items
+            granted = budget.take(self, count)
+            taken_items += count if granted else 0
+            return granted
 
         try:
-            if not budget.has_room(self, 1):
-                raise BudgetExhausted  # without starting: the others hold everything
+            if self._over_limit_at is not None and now - self._over_limit_at < OVER_LIMIT_RECHECK_SECONDS:
+                raise ExpansionLimit(MAX_ITEMS_PER_CALENDAR)  # the same calendar, the same answer
+            if not budget.has_room(self, self._refused_after + 1):
+                raise BudgetExhausted  # without starting: no room for more than it had when last refused
             if self.config.windows:
                 items = await off_loop(expand, self.config, now, MAX_ITEMS_PER_CALENDAR, take)
             else:
                 # Only inline items (at most MAX_INLINE_ITEMS): a filter, cheaper than the thread hop.
                 items = expand(self.config, now, MAX_ITEMS_PER_CALENDAR, take)
         except BudgetExhausted:
+            self._refused_after = max(self._refused_after, taken_items)
             budget.abandon(self)
             raise SourceError(
                 f"the calendars of this server may expand to {budget.total} items in total "
@@ -163,6 +181,8 @@ class ScheduleSource(Source[ScheduleConfig]):
                 retry_soon=False,
             ) from None
         except ExpansionLimit as exc:
+            if self._over_limit_at is None or now - self._over_limit_at >= OVER_LIMIT_RECHECK_SECONDS:
+                self._over_limit_at = now
             budget.abandon(self)
             raise SourceError(
                 f"the calendar expands to more than {exc.limit} items within its "
@@ -173,6 +193,7 @@ class ScheduleSource(Source[ScheduleConfig]):
         except BaseException:
             budget.abandon(self)
             raise
+        self._over_limit_at, self._refused_after = None, 0
         budget.commit(self, len(items))
         return FetchResult(items=items)
 
