@@ -48,13 +48,10 @@ import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from serve import free_port, serve_command  # noqa: E402  (bench/ is not a package)
+
 VALUE_PATH = "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-0/rps?labelSelector=resource%3Dsvc-0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_mb(pid: int) -> float:
@@ -106,21 +103,7 @@ class Server:
         self.directory = directory
         self.port = free_port()
         self.log_path = directory.parent / f"server-{self.port}.log"
-        cmd = [
-            sys.executable,
-            "-m",
-            "adapter.cli",
-            "serve",
-            "--manifests",
-            str(directory),
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            str(self.port),
-            "--v",
-            "1",
-            *(extra or []),
-        ]
+        cmd = serve_command(directory, self.port, "--v", "1", *(extra or []))
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

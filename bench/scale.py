@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve import free_port, stop, wrk  # noqa: E402  (bench/ is not a package)
+from serve import free_port, serve_command, stop, wrk  # noqa: E402  (bench/ is not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -190,20 +190,7 @@ def start_prescaler(
     port = free_port()
     started = time.time()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "adapter.cli",
-            "serve",
-            "--manifests",
-            str(manifests),
-            "--secure-port",
-            str(port),
-            "--bind-address",
-            "127.0.0.1",
-            "--v",
-            "0",
-        ],
+        serve_command(manifests, port, "--v", "0"),
         cwd=ROOT,
         stdout=log_file.open("w"),
         stderr=subprocess.STDOUT,

@@ -34,6 +34,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_command(manifests: Path | str, port: int, *extra: str) -> list[str]:
+    """`prescaler serve` in local mode on 127.0.0.1:`port`: the command every bench starts."""
+    return [
+        sys.executable,
+        "-m",
+        "adapter.cli",
+        "serve",
+        "--manifests",
+        str(manifests),
+        "--secure-port",
+        str(port),
+        "--bind-address",
+        "127.0.0.1",
+        *extra,
+    ]
+
+
 def write_manifests(directory: Path, targets: int) -> None:
     now = int(time.time())
     docs = [
@@ -149,20 +166,7 @@ def main() -> None:
         port = free_port()
         started = time.time()
         proc = start(
-            [
-                sys.executable,
-                "-m",
-                "adapter.cli",
-                "serve",
-                "--manifests",
-                str(manifests),
-                "--secure-port",
-                str(port),
-                "--bind-address",
-                "127.0.0.1",
-                "--v",
-                "0",
-            ],
+            serve_command(manifests, port, "--v", "0"),
             port,
             work / f"serve{targets}.log",
             PATH,

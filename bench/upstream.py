@@ -34,6 +34,9 @@ from tests.helpers import free_port  # noqa: E402
 from tests.pki import TestPKI  # noqa: E402
 from tests.upstream_server import TOKEN, UpstreamServer  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from serve import serve_command  # noqa: E402  (bench/ is not a package)
+
 V1 = "/apis/external.metrics.k8s.io/v1beta1"
 UPSTREAM_PATH = f"{V1}/namespaces/service-a/keda-metric?labelSelector=scaledobject.keda.sh%2Fname%3Dworker"
 OWN_PATH = f"{V1}/namespaces/service-a/rps?labelSelector=resource%3Dservice-a"
@@ -75,19 +78,11 @@ def start_prescaler(tmp: Path, pki: TestPKI, upstream_url: str) -> tuple[subproc
     (tmp / "upstream-token").write_text(TOKEN)
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "adapter.cli",
-            "serve",
-            "--manifests",
-            str(tmp / "objects.yaml"),
+        serve_command(
+            tmp / "objects.yaml",
+            port,
             "--v",
             "0",
-            "--secure-port",
-            str(port),
-            "--bind-address",
-            "127.0.0.1",
             "--tls-cert-file",
             str(pki.serving_cert_file),
             "--tls-private-key-file",
@@ -100,7 +95,7 @@ def start_prescaler(tmp: Path, pki: TestPKI, upstream_url: str) -> tuple[subproc
             str(pki.serving_ca_file),
             "--upstream-token-file",
             str(tmp / "upstream-token"),
-        ],
+        ),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=(tmp / "serve.log").open("w"),
