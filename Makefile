@@ -58,6 +58,10 @@ bench: install tools
 	$(PY) bench/scale.py
 	$(PY) bench/forecast.py
 	$(PY) bench/scaling.py
+	$(PY) bench/fusion.py
+	$(PY) bench/upstream.py
+	$(PY) bench/reliability_sources.py
+	$(PY) bench/reliability.py
 
 # Every shell script in the repository: *.sh files and executables whose first line is a sh/bash shebang.
 SHELL_SCRIPTS = $(shell find . \( -path ./.venv -o -path ./.git -o -path ./.run \) -prune -o -type f \
