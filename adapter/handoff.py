@@ -1,22 +1,41 @@
-"""Hand work to one event loop's thread from any thread.
+"""Hand work to one event loop's thread from any thread, in pieces the loop can interleave.
 
 The cluster store's watch threads and the manifest watcher call into the engine from their own
 threads, while every engine state change must happen on the loop's thread (the engine has no locks
-beyond this one). Calls made before the loop starts are queued and run, in order, when it does."""
+beyond this one). Calls made before the loop starts are queued and run, in order, when it does.
+
+A long job (applying a list of 10 000 objects takes seconds) is handed over as a sequence of steps
+(`call_in_pieces`): the loop runs steps for at most PIECE_SECONDS, answers the requests that arrived
+meanwhile, and goes on. Order is kept: while a job is unfinished, every later call waits behind it,
+even one made on the loop's own thread."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+
+log = logging.getLogger("prescaler.handoff")
+
+PIECE_SECONDS = 0.005  # loop time per piece of a long job; requests are answered in between
 
 
 class LoopHandOff:
-    def __init__(self) -> None:
+    def __init__(self, piece_seconds: float = PIECE_SECONDS) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.piece_seconds = piece_seconds
         self._thread: int | None = None
-        self._pending: list[Callable[[], None]] = []
+        self._pending: list[Callable[[], None]] = []  # before the loop is attached
+        self._jobs: deque[Iterator[Callable[[], None]]] = deque()  # unfinished, in order (loop thread only)
+        self._around: dict[int, Callable[[], AbstractContextManager[object]]] = {}
+        self._scheduled = False
         self._lock = threading.Lock()
+        self.pieces = 0  # pieces that ended with work left over (for tests and logs)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """From now on calls run on `loop` (call from its thread); queued ones run now, in order."""
@@ -28,7 +47,8 @@ class LoopHandOff:
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending)
+        """Work handed over but not done yet (before the loop starts, or a job still in pieces)."""
+        return bool(self._pending) or bool(self._jobs)
 
     def call(self, func: Callable[[], None]) -> None:
         if self.loop is None:
@@ -36,7 +56,66 @@ class LoopHandOff:
                 if self.loop is None:
                     self._pending.append(func)
                     return
-        if threading.get_ident() == self._thread:
-            func()
+        if threading.get_ident() != self._thread:
+            self.loop.call_soon_threadsafe(self.call, func)
+        elif self._jobs:
+            self._jobs.append(iter((func,)))  # behind the unfinished job: order is kept
         else:
-            self.loop.call_soon_threadsafe(func)
+            func()  # synchronous on the loop's thread: its exceptions reach the caller
+
+    def call_in_pieces(
+        self, steps: Iterable[Callable[[], None]], around: Callable[[], AbstractContextManager[object]] | None = None
+    ) -> None:
+        """Run `steps` in order on the loop, at most `piece_seconds` at a time, each piece inside
+        `around()` (e.g. a pause of the garbage collector). A step that raises is logged and skipped:
+        the job goes on. Before the loop is attached the steps run in one go when it is."""
+
+        def whole() -> None:
+            with around() if around else contextlib.nullcontext():
+                for step in steps:
+                    step()
+
+        if self.loop is None:
+            with self._lock:
+                if self.loop is None:
+                    self._pending.append(whole)
+                    return
+        if threading.get_ident() != self._thread:
+            self.loop.call_soon_threadsafe(self.call_in_pieces, steps, around)
+            return
+        job = iter(steps)
+        if around is not None:
+            self._around[id(job)] = around
+        self._jobs.append(job)
+        if len(self._jobs) == 1:
+            self._run()  # the first piece now, like a plain call
+
+    def _run(self) -> None:
+        self._scheduled = False
+        deadline = time.perf_counter() + self.piece_seconds
+        while self._jobs:
+            job = self._jobs[0]
+            around = self._around.get(id(job))
+            with around() if around else contextlib.nullcontext():
+                finished = self._run_until(job, deadline)
+            if not finished:
+                self.pieces += 1
+                self._schedule()
+                return
+            self._jobs.popleft()
+            self._around.pop(id(job), None)
+
+    def _run_until(self, job: Iterator[Callable[[], None]], deadline: float) -> bool:
+        for step in job:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - one bad step must not stop the job or the loop
+                log.exception("a step of a job on the event loop failed; going on with the next")
+            if time.perf_counter() >= deadline:
+                return False  # perhaps finished; the next piece finds out
+        return True
+
+    def _schedule(self) -> None:
+        if not self._scheduled and self.loop is not None:
+            self._scheduled = True
+            self.loop.call_soon(self._run)

@@ -78,6 +78,10 @@ class Publisher:
 
     def _start(self) -> None:
         self._handle = None
+        if self.handoff.pending and self.handoff.loop is not None:
+            # A list of objects is still being applied in pieces: publish it once, when it is whole.
+            self._handle = self.handoff.loop.call_later(self.rebuild_delay, self._start)
+            return
         asyncio.get_running_loop().create_task(self.publish_now())
 
     async def publish_now(self) -> None:
@@ -86,7 +90,9 @@ class Publisher:
             return
         self._running = True
         try:
-            while self._changed:
+            while self.handoff.pending and self.handoff.loop is not None:
+                await asyncio.sleep(self.snapshot_delay)  # a list of objects is being applied: all of it
+            while self._changed and not self.handoff.pending:
                 partitions, self._partitions, self._changed = self._partitions, set(), False
                 targets, events, self._targets, self._events = self._targets, self._events, {}, set()
                 self.names = resolve_metric_names(self.table.metrics.values(), self.names)
@@ -117,3 +123,5 @@ class Publisher:
                 self.on_published()
         finally:
             self._running = False
+            if self._changed:  # left for a list being applied (see above): publish it when whole
+                self.partitions(set())

@@ -180,6 +180,12 @@ class ObjectTable:
         self.context = context or SourceContext()
         self.metrics: dict[str, MetricState] = {}
         self.events: dict[str, EventState] = {}
+        # feeds(), remembered: sorted event names (while the names are the same), each event's feed,
+        # and the events changed since (a runner is only ever set on an event just applied).
+        self._order: list[str] | None = None
+        self._feeds: dict[str, EventFeed] = {}
+        self._dirty: set[str] = set()
+        self._feed_list: list[EventFeed] | None = None
 
     def apply(self, doc: Mapping[str, Any]) -> Change:
         kind, name = doc.get("kind") if isinstance(doc, Mapping) else None, name_of(doc)
@@ -188,6 +194,9 @@ class ObjectTable:
             return _nothing()
         if kind == KIND_METRIC:
             return Change(None) if apply_metric(self.metrics.setdefault(name, MetricState(name)), doc) else _nothing()
+        if name not in self.events:
+            self._order = None
+        self._dirty.add(name)
         return self._apply_event(self.events.setdefault(name, EventState(name)), doc)
 
     def _apply_event(self, state: EventState, doc: Mapping[str, Any]) -> Change:
@@ -230,40 +239,61 @@ class ObjectTable:
             log.info("deleted VirtualMetric %s", name)
             return Change(None)
         state = self.events.pop(name, None)
+        self._order = None
+        self._dirty.add(name)
         if state is None:
             return _nothing()
         log.info("deleted VirtualMetricEvent %s", name)
         return Change(state.partitions, stop=[state.runner] if state.runner else [])
 
     def feeds(self) -> list[EventFeed]:
-        """What publishing needs of every loaded event, by name."""
-        out = []
-        for name in sorted(self.events):
-            state = self.events[name]
-            if state.vme is None:
-                continue
-            runner = state.runner
-            hold = runner is not None and runner.on_stale == "Hold" and not runner.source.never_stale
-            out.append(
-                EventFeed(
-                    name,
-                    state.vme.labels,
-                    state.entries,
-                    state.contributions.by_key,
-                    runner if hold else None,
-                    state.summary,
-                )
-            )
-        return out
+        """What publishing needs of every loaded event, by name. Only the events changed since the
+        last call (`_dirty`: applied, deleted or given items) are looked at again: with 10 000 events,
+        building every feed for every publication took 30 ms of the event loop."""
+        if self._order is None or len(self._order) != len(self.events):  # (the length: a safety net)
+            self._order, self._feeds, self._dirty = sorted(self.events), {}, set(self.events)
+            self._feed_list = None
+        if self._dirty:
+            for name in self._dirty:
+                state = self.events.get(name)
+                if state is None or state.vme is None:
+                    self._feeds.pop(name, None)
+                else:
+                    self._feeds[name] = self._feed(state)
+            self._dirty.clear()
+            self._feed_list = None
+        if self._feed_list is None:
+            self._feed_list = [feed for name in self._order if (feed := self._feeds.get(name)) is not None]
+        return self._feed_list
+
+    @staticmethod
+    def _feed(state: EventState) -> EventFeed:
+        assert state.vme is not None
+        runner = state.runner
+        hold = runner is not None and runner.on_stale == "Hold" and not runner.source.never_stale
+        return EventFeed(
+            state.name,
+            state.vme.labels,
+            state.entries,
+            state.contributions.by_key,
+            runner if hold else None,
+            state.summary,
+        )
 
     def names(self, kind: str) -> list[str]:
         return list(self.metrics if kind == KIND_METRIC else self.events)
+
+    def absent(self, kind: str, docs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Loaded objects of `kind` that `docs` (a full list) no longer names."""
+        named = {n for n in map(name_of, docs) if n}
+        return [n for n in self.names(kind) if n not in named]
 
     def snapshot(self, name: str, items: list[Item]) -> Change:
         """A source delivered `items` for event `name`."""
         state = self.events.get(name)
         if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
             return _nothing()  # most polls re-announce the same items
+        self._dirty.add(name)
         if not state.delivered:
             # The first snapshot ends the hold of every target in the event's partitions, including
             # those it names but gives no contribution: rebuild the partitions, not just its keys.
