@@ -95,19 +95,33 @@ class ManifestStore:
 
     def poll(self) -> bool:
         """Re-read changed, new and removed files; push a full resync when anything changed."""
+        files = self._read()
+        if files is None:
+            return False
+        self.files = files
+        self._push()
+        return True
+
+    def _read(self) -> dict[Path, _FileState] | None:
+        """The files as they are now (None: nothing changed). Leaves `self.files` alone, so the
+        reading and parsing (seconds for a file of 10 000 objects) can run off the event loop."""
         current = self.discover()
+        files: dict[Path, _FileState] = {}
         changed = False
         for path in current:
+            known = self.files.get(path)
             try:
                 stat = path.stat()
             except OSError:
+                if known is not None:
+                    files[path] = known  # mid-replace: look again at the next poll
                 continue
             stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-            state = self.files.setdefault(path, _FileState())
-            if state.stamp == stamp:
+            if known is not None and known.stamp == stamp:
+                files[path] = known
                 continue
-            state.stamp = stamp
             changed = True
+            state = files[path] = _FileState(stamp, known.docs if known else [], known.error if known else None)
             try:
                 state.docs = load_documents(path, self.max_file_bytes)
                 if state.error:
@@ -119,12 +133,8 @@ class ManifestStore:
             except Exception as exc:  # noqa: BLE001 - one file must never stop the others
                 state.error = f"{path}: cannot load: {type(exc).__name__}: {exc}"
                 log.error("%s (keeping the last good version of its objects)", state.error)
-        for path in [p for p in self.files if p not in set(current)]:
-            del self.files[path]
-            changed = True
-        if changed:
-            self._push()
-        return changed
+        changed = changed or any(path not in files for path in self.files)
+        return files if changed else None
 
     def _push(self) -> None:
         metrics: dict[str, dict[str, Any]] = {}
@@ -201,7 +211,10 @@ class ManifestStore:
         while True:
             await asyncio.sleep(self.poll_interval)
             try:
-                self.poll()
+                files = await asyncio.to_thread(self._read)  # YAML parsing off the loop
+                if files is not None:
+                    self.files = files
+                    self._push()
             except Exception:
                 log.exception("reloading manifests failed")
 

@@ -279,3 +279,39 @@ def test_huge_literal_is_an_object_error_and_other_edits_still_apply(tmp_path: P
     assert first == 6.0 and second == 15.0
     assert "VirtualMetricEvent/huge" in error and "spec.metrics[0].value.expression" in error
     assert "too large" in error
+
+
+def test_the_watcher_reads_and_parses_files_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsing a file of 10 000 objects takes seconds; the watcher does it in a worker thread and
+    only hands the parsed documents to the loop."""
+    import threading
+
+    import adapter.store.manifests as manifests
+
+    parsed_on: list[int] = []
+    real_load = manifests.load_documents
+
+    def recording_load(path: Path, max_bytes: int = manifests.MAX_FILE_BYTES):
+        parsed_on.append(threading.get_ident())
+        return real_load(path, max_bytes)
+
+    monkeypatch.setattr(manifests, "load_documents", recording_load)
+    sink = RecordingSink()
+    f = tmp_path / "rps.yaml"
+    _touch(f, GOOD % 1)
+
+    async def scenario() -> int:
+        store = ManifestStore(sink, [str(tmp_path)], poll_interval=0.01)
+        store.start()  # the first load, before serving, in one go
+        _touch(f, GOOD % 2)
+        for _ in range(300):
+            if len(parsed_on) >= 2 and len(sink.calls) >= 4:
+                break
+            await asyncio.sleep(0.01)
+        await store.stop()
+        return threading.get_ident()
+
+    loop_thread = run(scenario())
+    assert parsed_on[0] == loop_thread and len(parsed_on) >= 2
+    assert all(ident != loop_thread for ident in parsed_on[1:])
+    assert sink.calls[-2:] == [("VirtualMetric", ["rps"]), ("VirtualMetricEvent", [])]
