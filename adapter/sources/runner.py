@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter import observability as obs
-from adapter.errors import SourceError
+from adapter.errors import SourceError, forget_frames
 from adapter.items import Item, dedupe
 from adapter.sources.base import FetchResult, Source
 
@@ -141,11 +141,13 @@ class SourceRunner:
         except (SourceError, TimeoutError) as exc:
             message = str(exc) or f"timed out after {self.source.fetch_deadline():g}s"
             self._failed(message, kind, retry_soon=getattr(exc, "retry_soon", True))
+            forget_frames(exc)
             return False
         except Exception as exc:  # noqa: BLE001 - a bug in one source must not stop its loop
             obs.SOURCE_LOOP_ERRORS.labels(kind=kind, stage="fetch").inc()
             self._log_traceback("source of VirtualMetricEvent %s failed unexpectedly")
             self._failed(f"internal error in {kind} source: {type(exc).__name__}: {exc}", kind)
+            forget_frames(exc)
             return False
         finally:
             obs.SOURCE_FETCH_SECONDS.labels(kind=kind).observe(time.perf_counter() - started)

@@ -513,3 +513,46 @@ def test_small_calendars_fill_the_budget_to_the_last_item():
     assert isinstance(last, SourceError) and f"{41 * size - 1} items in total" in str(last)
     # Each one's next expansion still fits in its own share.
     assert isinstance(asyncio.run(_try(sources[0].fetch(T0 + 3600))), FetchResult)
+
+
+def test_failed_fetches_leave_no_cyclic_garbage_holding_their_items() -> None:
+    """A failure raised through asyncio.wait_for sits in a reference cycle with its frames; the
+    server freezes its heap after publishing, so such garbage (here each refused calendar's partial
+    expansion) stayed for up to 15 minutes: 10 000 refused calendars grew RSS by 200 MB."""
+    import gc
+
+    block = {"windows": [{"cron": "* * * * *", "duration": "1m", "values": {"n": 1}}]}
+    context = SourceContext()
+    context.expansion_budget = ExpansionBudget(5_000)  # one calendar fits; the next ones are refused
+    config = ScheduleSource.parse_config(block, "spec.source.schedule")
+
+    class Broken(Source):
+        kind = "broken"
+
+        @classmethod
+        def parse_config(cls, spec, path):  # pragma: no cover - built directly
+            return spec
+
+        async def fetch(self, now: float) -> FetchResult:
+            payload = [Item(start=now, end=now + 1, values={"n": 1.0}) for _ in range(100)]
+            raise RuntimeError(f"a bug, with {len(payload)} items in its frame")
+
+    async def scenario() -> tuple[int, list[str | None]]:
+        runners = [
+            SourceRunner(f"cal-{i}", ScheduleSource(config, CommonSourceSettings(interval=60), context), lambda *_: None)
+            for i in range(6)
+        ]
+        runners.append(SourceRunner("broken", Broken({}, CommonSourceSettings(interval=60), context), lambda *_: None))
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(2):
+                await asyncio.gather(*(runner.fetch_once() for runner in runners))
+            return gc.collect(), [runner.health.last_error for runner in runners]
+        finally:
+            gc.enable()
+
+    garbage, errors = asyncio.run(scenario())
+    assert errors[0] is None and all("may expand to 5000 items" in (e or "") for e in errors[1:6])
+    assert "RuntimeError" in (errors[6] or "")
+    assert garbage == 0
