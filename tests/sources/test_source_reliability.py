@@ -539,7 +539,9 @@ def test_failed_fetches_leave_no_cyclic_garbage_holding_their_items() -> None:
 
     async def scenario() -> tuple[int, list[str | None]]:
         runners = [
-            SourceRunner(f"cal-{i}", ScheduleSource(config, CommonSourceSettings(interval=60), context), lambda *_: None)
+            SourceRunner(
+                f"cal-{i}", ScheduleSource(config, CommonSourceSettings(interval=60), context), lambda *_: None
+            )
             for i in range(6)
         ]
         runners.append(SourceRunner("broken", Broken({}, CommonSourceSettings(interval=60), context), lambda *_: None))
