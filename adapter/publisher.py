@@ -21,10 +21,27 @@ from adapter.handoff import LoopHandOff
 from adapter.pipeline.contributions import Partition
 from adapter.pipeline.incremental import publish_changes, split_targets
 from adapter.pipeline.objects import MetricNames, ObjectTable, resolve_metric_names
-from adapter.pipeline.publish import EMPTY, Published
+from adapter.pipeline.publish import EMPTY, EventFeed, Published
 
-# Item snapshots are rebuilt on the event loop in pieces of this many targets (a few ms each).
+# Item snapshots are rebuilt on the event loop in pieces of this many targets (a few ms each); a
+# target with many intervals counts as one per INTERVALS_PER_TARGET of them.
 INLINE_TARGETS = 500
+INTERVALS_PER_TARGET = 10
+
+
+def _weigher(feeds: list[EventFeed], events: Collection[str]) -> Callable[[Partition, str], int]:
+    """How many units each target of an item snapshot counts for (see split_targets)."""
+    heavy: dict[tuple[str, str, str], int] = {}  # only the keys with many intervals: a small dict
+    for feed in feeds:
+        if feed.name in events:
+            for key, arrays in feed.contributions.items():
+                if len(arrays[0]) >= INTERVALS_PER_TARGET:
+                    heavy[key] = heavy.get(key, 0) + len(arrays[0])
+
+    def weight(partition: Partition, resource: str) -> int:
+        return 1 + heavy.get((partition[0], partition[1], resource), 0) // INTERVALS_PER_TARGET
+
+    return weight
 
 
 class Publisher:
@@ -99,7 +116,7 @@ class Publisher:
                 started = time.perf_counter()
                 feeds = self.table.feeds()
                 if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
-                    pieces = split_targets(targets, INLINE_TARGETS)
+                    pieces = split_targets(targets, INLINE_TARGETS, _weigher(feeds, events))
                     for number, piece in enumerate(pieces, 1):
                         self.published = publish_changes(
                             self.names.served, feeds, self.clock(), self.published, set(), piece, events

@@ -14,7 +14,7 @@ TimelineSets this module leaves behind.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,19 +34,22 @@ from adapter.resources import VirtualMetric
 from adapter.timeline import build_timelines
 
 
-def split_targets(targets: dict[Partition, set[str]], size: int) -> list[dict[Partition, set[str]]]:
-    """`targets` split into pieces of at most `size` targets (at least one piece)."""
+def split_targets(
+    targets: dict[Partition, set[str]], size: int, weight: Callable[[Partition, str], int] | None = None
+) -> list[dict[Partition, set[str]]]:
+    """`targets` split into pieces of at most `size` units (at least one piece); a target counts as
+    `weight(partition, resource)` units (1 without `weight`), so one target with thousands of
+    intervals (a calendar's first snapshot) gets a piece of its own instead of joining 499 others."""
     pieces: list[dict[Partition, set[str]]] = [{}]
     count = 0
     for partition, resources in targets.items():
-        ordered = sorted(resources)
-        for i in range(0, len(ordered), size):
-            part = ordered[i : i + size]
-            if count + len(part) > size and count:
+        for resource in sorted(resources):
+            units = 1 if weight is None else max(1, weight(partition, resource))
+            if count + units > size and count:
                 pieces.append({})
                 count = 0
-            pieces[-1].setdefault(partition, set()).update(part)
-            count += len(part)
+            pieces[-1].setdefault(partition, set()).add(resource)
+            count += units
     return pieces
 
 

@@ -294,16 +294,20 @@ class ObjectTable:
         if state is None or state.vme is None or (items == state.items and state.contributions.by_key):
             return _nothing()  # most polls re-announce the same items
         self._dirty.add(name)
-        if not state.delivered:
-            # The first snapshot ends the hold of every target in the event's partitions, including
-            # those it names but gives no contribution: rebuild the partitions, not just its keys.
-            state.delivered = True
+        first = not state.delivered
+        state.delivered = True
+        if first and any(entry.name is None for entry in state.entries):
+            # Its first snapshot ends the hold of targets not known yet that its label-named entries
+            # may produce (a partition's `waiting`): rebuild its partitions, not just its keys.
             change = Change(set(state.partitions))
             self.set_items(state, items, change)
             return change
         before = state.contributions.by_key.keys()
         change = Change(set(), events={name})
         self.set_items(state, items, change)
+        if first:  # ends the hold of the targets it names too, with or without a contribution
+            for entry in state.entries:
+                change.targets.setdefault(entry.partition, set()).add(entry.name or "")
         for metric, namespace, resource in before | state.contributions.by_key.keys():
             change.targets.setdefault((metric, namespace), set()).add(resource)
         return change

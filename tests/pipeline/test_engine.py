@@ -133,7 +133,7 @@ def test_source_down_from_start_use_known_serves_the_default(announcer: Announce
 
 def test_a_first_snapshot_without_items_ends_the_hold_of_named_targets(announcer: Announcer) -> None:
     """A named target the first successful fetch gives nothing to is served its default, not held: the
-    first snapshot rebuilds the event's partitions, not only the keys it contributes to."""
+    first snapshot rebuilds every target the event names, not only the keys it contributes to."""
 
     async def go():
         announcer.set_raw(b"not json")

@@ -245,3 +245,18 @@ def test_layered_targets_behave_like_the_dict_they_stand_for() -> None:
         probe = rng.choice(names)
         assert (probe in layered) == (probe in expected)  # type: ignore[operator]
         assert layered.get(probe) == expected.get(probe)  # type: ignore[attr-defined]
+
+
+def test_a_heavy_target_gets_a_piece_of_its_own() -> None:
+    """Pieces of an item-snapshot rebuild on the event loop are sized by work: one target with
+    4 000 intervals (a calendar's first snapshot) used to share a piece with 499 others."""
+    from adapter.pipeline.incremental import split_targets
+
+    targets = {("rps", "ns"): {f"t{i:03d}" for i in range(600)}}
+    plain = split_targets(targets, 500)
+    assert [sum(len(r) for r in piece.values()) for piece in plain] == [500, 100]
+    weighted = split_targets(targets, 500, lambda partition, resource: 400 if resource == "t001" else 1)
+    sizes = [sum(len(r) for r in piece.values()) for piece in weighted]
+    assert sum(sizes) == 600 and all(units <= 500 for units in sizes)
+    (alone,) = [piece for piece in weighted if "t001" in piece[("rps", "ns")]]
+    assert len(alone[("rps", "ns")]) <= 101  # the heavy one and at most 100 light ones
