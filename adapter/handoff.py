@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 
 log = logging.getLogger("prescaler.handoff")
 
-PIECE_SECONDS = 0.005  # loop time per piece of a long job; requests are answered in between
+PIECE_SECONDS = 0.002  # loop time per piece of a long job; requests are answered in between
 
 
 class LoopHandOff:
