@@ -29,14 +29,13 @@ INLINE_TARGETS = 500
 INTERVALS_PER_TARGET = 10
 
 
-def _weigher(feeds: list[EventFeed], events: Collection[str]) -> Callable[[Partition, str], int]:
+def _weigher(by_name: Mapping[str, EventFeed], events: Collection[str]) -> Callable[[Partition, str], int]:
     """How many units each target of an item snapshot counts for (see split_targets)."""
     heavy: dict[tuple[str, str, str], int] = {}  # only the keys with many intervals: a small dict
-    for feed in feeds:
-        if feed.name in events:
-            for key, arrays in feed.contributions.items():
-                if len(arrays[0]) >= INTERVALS_PER_TARGET:
-                    heavy[key] = heavy.get(key, 0) + len(arrays[0])
+    for feed in (by_name[name] for name in events if name in by_name):
+        for key, arrays in feed.contributions.items():
+            if len(arrays[0]) >= INTERVALS_PER_TARGET:
+                heavy[key] = heavy.get(key, 0) + len(arrays[0])
 
     def weight(partition: Partition, resource: str) -> int:
         return 1 + heavy.get((partition[0], partition[1], resource), 0) // INTERVALS_PER_TARGET
@@ -114,12 +113,12 @@ class Publisher:
                 targets, events, self._targets, self._events = self._targets, self._events, {}, set()
                 self.names = resolve_metric_names(self.table.metrics.values(), self.names)
                 started = time.perf_counter()
-                feeds = self.table.feeds()
+                feeds, by_name = self.table.feeds(), self.table.feed_map()
                 if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
-                    pieces = split_targets(targets, INLINE_TARGETS, _weigher(feeds, events))
+                    pieces = split_targets(targets, INLINE_TARGETS, _weigher(by_name, events))
                     for number, piece in enumerate(pieces, 1):
                         self.published = publish_changes(
-                            self.names.served, feeds, self.clock(), self.published, set(), piece, events
+                            self.names.served, feeds, self.clock(), self.published, set(), piece, events, by_name
                         )
                         if number < len(pieces):
                             heap.after_publish()

@@ -266,6 +266,11 @@ class ObjectTable:
             self._feed_list = [feed for name in self._order if (feed := self._feeds.get(name)) is not None]
         return self._feed_list
 
+    def feed_map(self) -> Mapping[str, EventFeed]:
+        """feeds() by event name: the same feeds, changed only by the next call of feeds()."""
+        self.feeds()
+        return self._feeds
+
     @staticmethod
     def _feed(state: EventState) -> EventFeed:
         assert state.vme is not None
