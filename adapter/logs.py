@@ -169,3 +169,29 @@ def configure(verbosity: int = DEFAULT_VERBOSITY, fmt: str = "text", stream: Tex
     for name in (*LIBRARY_LOGGERS, ACCESS_LOGGER):
         # uvicorn's default config would have attached its own handlers; one format means ours only.
         logging.getLogger(name).handlers = []
+
+
+class BurstLimit:
+    """At most `burst` lines per `window` seconds for one kind of message from many objects.
+
+    Ten thousand calendars refused by the same budget each said so at once: 10 000 lines, a fifth of
+    the event loop's time while they started. Each object's status still says it; the log gives the
+    first `burst` of each window and then, with its next line, how many it left out."""
+
+    def __init__(self, burst: int, window: float, clock: Any = time.monotonic) -> None:
+        self.burst, self.window, self._clock = burst, window, clock
+        self._window_start = -float("inf")
+        self._in_window = 0
+        self._left_out = 0
+
+    def allow(self) -> tuple[bool, int]:
+        """(log this line?, lines left out before it that it should mention)."""
+        now = self._clock()
+        if now - self._window_start >= self.window:
+            self._window_start, self._in_window = now, 0
+        if self._in_window >= self.burst:
+            self._left_out += 1
+            return False, 0
+        self._in_window += 1
+        left_out, self._left_out = self._left_out, 0
+        return True, left_out

@@ -28,3 +28,13 @@ def announcer() -> Iterator[Announcer]:
     server = Announcer()
     yield server
     server.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_failure_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with the whole burst of source-failure log lines (a process-wide limit that
+    earlier tests would otherwise use up: tests read those lines)."""
+    from adapter.logs import BurstLimit
+    from adapter.sources import runner
+
+    monkeypatch.setattr(runner, "FAILURE_LOG", BurstLimit(runner.FAILURE_LOG.burst, runner.FAILURE_LOG.window))

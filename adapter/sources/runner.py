@@ -26,9 +26,13 @@ from typing import Any
 from adapter import observability as obs
 from adapter.errors import SourceError, forget_frames
 from adapter.items import Item, dedupe
+from adapter.logs import BurstLimit
 from adapter.sources.base import FetchResult, Source
 
 log = logging.getLogger("prescaler.sources")
+# Failed fetches logged at WARNING: at most this many lines per window over all sources (the
+# rest at DEBUG, counted in the next line); each object's status and the fetch metrics have them all.
+FAILURE_LOG = BurstLimit(burst=50, window=10.0)
 
 MAX_ITEMS_PER_SNAPSHOT = 200_000
 # First fetches across all runners of a loop start at this rate at most; beyond it they are spread
@@ -189,14 +193,20 @@ class SourceRunner:
         self.health.last_error = message
         self.health.consecutive_failures += 1
         obs.record_fetch(self.owner, kind, success=False)
-        level = logging.WARNING if self.health.consecutive_failures <= 3 else logging.DEBUG
+        level, left_out = logging.DEBUG, 0
+        if self.health.consecutive_failures <= 3:
+            allowed, left_out = FAILURE_LOG.allow()
+            level = logging.WARNING if allowed else logging.DEBUG
         log.log(
             level,
-            "VirtualMetricEvent %s: %s source fetch failed (%d in a row): %s",
+            "VirtualMetricEvent %s: %s source fetch failed (%d in a row): %s%s",
             self.owner,
             kind,
             self.health.consecutive_failures,
             message,
+            f" ({left_out} failures of other sources not logged before this line; see their status)"
+            if left_out
+            else "",
         )
         self._health_changed()
 

@@ -251,3 +251,47 @@ def test_unknown_targets_left_out_of_the_log_are_summed_up_in_the_next_window(
     ]
     summary = [m for m in messages if "were not logged one by one" in m]
     assert len(summary) == 1 and summary[0].startswith(f"{25 - notices.UNKNOWN_LOG_BURST} more")
+
+
+def test_thousands_of_failing_sources_log_a_burst_and_a_count(caplog) -> None:
+    """10 000 calendars refused by the same budget each logged a warning at once (a fifth of the event
+    loop's time while they started); now the first 50 per 10 s, then the next line says how many
+    were left out. Every failure is still counted and in each object's status."""
+    import asyncio
+    import logging
+
+    from adapter.errors import SourceError
+    from adapter.logs import BurstLimit
+    from adapter.sources import runner as runner_module
+    from adapter.sources.base import CommonSourceSettings, FetchResult, Source, SourceContext
+
+    class Refused(Source):
+        kind = "refused"
+
+        @classmethod
+        def parse_config(cls, spec, path):  # pragma: no cover - built directly
+            return spec
+
+        async def fetch(self, now: float) -> FetchResult:
+            raise SourceError("no room", retry_soon=False)
+
+    clock = {"now": 0.0}
+    runner_module.FAILURE_LOG = BurstLimit(50, 10.0, clock=lambda: clock["now"])
+    runners = [
+        runner_module.SourceRunner(
+            f"e{i}", Refused({}, CommonSourceSettings(interval=60), SourceContext()), lambda *_: None
+        )
+        for i in range(500)
+    ]
+
+    async def fail_all() -> None:
+        await asyncio.gather(*(r.fetch_once() for r in runners))
+
+    with caplog.at_level(logging.WARNING, logger="prescaler.sources"):
+        asyncio.run(fail_all())
+        clock["now"] = 11.0
+        asyncio.run(runners[0].fetch_once())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 51
+    assert "450 failures of other sources not logged before this line" in warnings[-1]
+    assert all(r.health.last_error == "no room" for r in runners)
