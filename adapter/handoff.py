@@ -25,17 +25,19 @@ log = logging.getLogger("prescaler.handoff")
 PIECE_SECONDS = 0.002  # loop time per piece of a long job; requests are answered in between
 
 
+Around = Callable[[], AbstractContextManager[object]]  # what each piece of a job runs inside
+
+
 class LoopHandOff:
     def __init__(self, piece_seconds: float = PIECE_SECONDS) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.piece_seconds = piece_seconds
         self._thread: int | None = None
         self._pending: list[Callable[[], None]] = []  # before the loop is attached
-        self._jobs: deque[Iterator[Callable[[], None]]] = deque()  # unfinished, in order (loop thread only)
-        self._around: dict[int, Callable[[], AbstractContextManager[object]]] = {}
+        # Unfinished jobs, in order (loop thread only): their steps left, and what a piece runs inside.
+        self._jobs: deque[tuple[Iterator[Callable[[], None]], Around]] = deque()
         self._scheduled = False
         self._lock = threading.Lock()
-        self.pieces = 0  # pieces that ended with work left over (for tests and logs)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """From now on calls run on `loop` (call from its thread); queued ones run now, in order."""
@@ -51,62 +53,59 @@ class LoopHandOff:
         return bool(self._pending) or bool(self._jobs)
 
     def call(self, func: Callable[[], None]) -> None:
-        if self.loop is None:
-            with self._lock:
-                if self.loop is None:
-                    self._pending.append(func)
-                    return
+        if self._kept_until_attached(func):
+            return
+        assert self.loop is not None
         if threading.get_ident() != self._thread:
             self.loop.call_soon_threadsafe(self.call, func)
         elif self._jobs:
-            self._jobs.append(iter((func,)))  # behind the unfinished job: order is kept
+            self._jobs.append((iter((func,)), contextlib.nullcontext))  # behind the unfinished job
         else:
             func()  # synchronous on the loop's thread: its exceptions reach the caller
 
-    def call_in_pieces(
-        self, steps: Iterable[Callable[[], None]], around: Callable[[], AbstractContextManager[object]] | None = None
-    ) -> None:
+    def call_in_pieces(self, steps: Iterable[Callable[[], None]], around: Around = contextlib.nullcontext) -> None:
         """Run `steps` in order on the loop, at most `piece_seconds` at a time, each piece inside
         `around()` (e.g. a pause of the garbage collector). A step that raises is logged and skipped:
         the job goes on. Before the loop is attached the steps run in one go when it is."""
 
         def whole() -> None:
-            with around() if around else contextlib.nullcontext():
+            with around():
                 for step in steps:
                     step()
 
-        if self.loop is None:
-            with self._lock:
-                if self.loop is None:
-                    self._pending.append(whole)
-                    return
+        if self._kept_until_attached(whole):
+            return
+        assert self.loop is not None
         if threading.get_ident() != self._thread:
             self.loop.call_soon_threadsafe(self.call_in_pieces, steps, around)
             return
-        job = iter(steps)
-        if around is not None:
-            self._around[id(job)] = around
-        self._jobs.append(job)
+        self._jobs.append((iter(steps), around))
         if len(self._jobs) == 1:
             self._run()  # the first piece now, like a plain call
+
+    def _kept_until_attached(self, func: Callable[[], None]) -> bool:
+        """Queue `func` for attach() if the loop is not there yet; True when it was queued."""
+        if self.loop is None:
+            with self._lock:
+                if self.loop is None:
+                    self._pending.append(func)
+                    return True
+        return False
 
     def _run(self) -> None:
         self._scheduled = False
         deadline = time.perf_counter() + self.piece_seconds
         while self._jobs:
-            job = self._jobs[0]
-            around = self._around.get(id(job))
-            with around() if around else contextlib.nullcontext():
-                finished = self._run_until(job, deadline)
+            steps, around = self._jobs[0]
+            with around():
+                finished = self._run_until(steps, deadline)
             if not finished:
-                self.pieces += 1
                 self._schedule()
                 return
             self._jobs.popleft()
-            self._around.pop(id(job), None)
 
-    def _run_until(self, job: Iterator[Callable[[], None]], deadline: float) -> bool:
-        for step in job:
+    def _run_until(self, steps: Iterator[Callable[[], None]], deadline: float) -> bool:
+        for step in steps:
             try:
                 step()
             except Exception:  # noqa: BLE001 - one bad step must not stop the job or the loop

@@ -94,10 +94,6 @@ class Publisher:
 
     def _start(self) -> None:
         self._handle = None
-        if self.handoff.pending and self.handoff.loop is not None:
-            # A list of objects is still being applied in pieces: publish it once, when it is whole.
-            self._handle = self.handoff.loop.call_later(self.rebuild_delay, self._start)
-            return
         asyncio.get_running_loop().create_task(self.publish_now())
 
     async def publish_now(self) -> None:

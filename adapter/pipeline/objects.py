@@ -239,10 +239,10 @@ class ObjectTable:
             log.info("deleted VirtualMetric %s", name)
             return Change(None)
         state = self.events.pop(name, None)
-        self._order = None
-        self._dirty.add(name)
         if state is None:
             return _nothing()
+        self._order = None
+        self._dirty.add(name)
         log.info("deleted VirtualMetricEvent %s", name)
         return Change(state.partitions, stop=[state.runner] if state.runner else [])
 

@@ -34,7 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from adapter.errors import SourceError, ValidationError, forget_frames
+from adapter.errors import SourceError, ValidationError
 from adapter.fields import expect_mapping, read_duration, read_string, reject_unknown
 from adapter.items import Item, ItemError, parse_item
 from adapter.sources.base import FetchResult, Source
@@ -188,7 +188,6 @@ class ScheduleSource(Source[ScheduleConfig]):
                 # Only inline items (at most MAX_INLINE_ITEMS): a filter, cheaper than the thread hop.
                 expansion = expand(self.config, now, MAX_ITEMS_PER_CALENDAR, take)
         except BudgetExhausted as exc:
-            forget_frames(exc)  # they hold the partial expansion (see forget_frames)
             self._refused_after = max(self._refused_after, taken_items, exc.needed)
             budget.abandon(self)
             raise SourceError(
@@ -198,7 +197,6 @@ class ScheduleSource(Source[ScheduleConfig]):
                 retry_soon=False,
             ) from None
         except ExpansionLimit as exc:
-            forget_frames(exc)
             if self._over_limit_at is None or now - self._over_limit_at >= OVER_LIMIT_RECHECK_SECONDS:
                 self._over_limit_at = now
             budget.abandon(self)

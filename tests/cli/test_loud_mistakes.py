@@ -263,26 +263,14 @@ def test_thousands_of_failing_sources_log_a_burst_and_a_count(caplog) -> None:
     from adapter.errors import SourceError
     from adapter.logs import BurstLimit
     from adapter.sources import runner as runner_module
-    from adapter.sources.base import CommonSourceSettings, FetchResult, Source, SourceContext
+    from tests.fake_sources import raising
 
-    class Refused(Source):
-        kind = "refused"
-
-        @classmethod
-        def parse_config(cls, spec, path):  # pragma: no cover - built directly
-            return spec
-
-        async def fetch(self, now: float) -> FetchResult:
-            raise SourceError("no room", retry_soon=False)
+    def refuse(now: float):
+        raise SourceError("no room", retry_soon=False)
 
     clock = {"now": 0.0}
     runner_module.FAILURE_LOG = BurstLimit(50, 10.0, clock=lambda: clock["now"])
-    runners = [
-        runner_module.SourceRunner(
-            f"e{i}", Refused({}, CommonSourceSettings(interval=60), SourceContext()), lambda *_: None
-        )
-        for i in range(500)
-    ]
+    runners = [runner_module.SourceRunner(f"e{i}", raising(refuse), lambda *_: None) for i in range(500)]
 
     async def fail_all() -> None:
         await asyncio.gather(*(r.fetch_once() for r in runners))

@@ -29,6 +29,7 @@ from adapter.sources.http import HttpClient, TlsConfig, check_url, forbidden_rea
 from adapter.sources.registry import config_parsers
 from adapter.sources.runner import SourceRunner, StartSpreader
 from adapter.sources.schedule import MAX_ITEMS_PER_CALENDAR, ScheduleSource
+from tests.fake_sources import raising
 from tests.source_http_fixture import start_server
 
 T0 = 1_700_545_800.0
@@ -525,16 +526,9 @@ def test_failed_fetches_leave_no_cyclic_garbage_holding_their_items() -> None:
     context.expansion_budget = ExpansionBudget(5_000)  # one calendar fits; the next ones are refused
     config = ScheduleSource.parse_config(block, "spec.source.schedule")
 
-    class Broken(Source):
-        kind = "broken"
-
-        @classmethod
-        def parse_config(cls, spec, path):  # pragma: no cover - built directly
-            return spec
-
-        async def fetch(self, now: float) -> FetchResult:
-            payload = [Item(start=now, end=now + 1, values={"n": 1.0}) for _ in range(100)]
-            raise RuntimeError(f"a bug, with {len(payload)} items in its frame")
+    def broken(now: float) -> FetchResult:
+        payload = [Item(start=now, end=now + 1, values={"n": 1.0}) for _ in range(100)]
+        raise RuntimeError(f"a bug, with {len(payload)} items in its frame")
 
     async def scenario() -> tuple[int, list[str | None]]:
         runners = [
@@ -543,7 +537,7 @@ def test_failed_fetches_leave_no_cyclic_garbage_holding_their_items() -> None:
             )
             for i in range(6)
         ]
-        runners.append(SourceRunner("broken", Broken({}, CommonSourceSettings(interval=60), context), lambda *_: None))
+        runners.append(SourceRunner("broken", raising(broken), lambda *_: None))
         gc.collect()
         gc.disable()
         try:
