@@ -25,7 +25,7 @@ import asyncio
 import ssl
 from typing import Any
 
-from adapter.serving.guard import GuardedH11Protocol
+from adapter.serving.guard import GuardedHttpProtocol
 
 _TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
 
@@ -87,10 +87,9 @@ class _PeerCertMixin:
             self.app = _ScopeTLSApp(self.app, tls)
 
 
-class PeerCertH11Protocol(_PeerCertMixin, GuardedH11Protocol):  # type: ignore[misc]
-    """h11-based HTTP/1.1 protocol exposing the TLS peer certificate, with the connection limits of
-    :mod:`adapter.serving.guard`. (uvicorn's httptools protocol is not used: the request-head
-    timeout is implemented and tested on the h11 state machine only.)"""
+class PeerCertHttpProtocol(_PeerCertMixin, GuardedHttpProtocol):  # type: ignore[misc]
+    """HTTP/1.1 protocol exposing the TLS peer certificate, with the connection limits of
+    :mod:`adapter.serving.guard`."""
 
 
-DEFAULT_PROTOCOL: type[GuardedH11Protocol] = PeerCertH11Protocol
+DEFAULT_PROTOCOL: type[GuardedHttpProtocol] = PeerCertHttpProtocol

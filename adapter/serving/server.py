@@ -204,6 +204,7 @@ def _uvicorn_server(app: Any, options: ServingOptions, live: LiveTLS) -> uvicorn
     config = uvicorn.Config(
         app,
         http=guarded_protocol(DEFAULT_PROTOCOL, limits),
+        ws="none",  # no endpoint speaks WebSocket: an upgrade request is answered as plain HTTP
         ssl_context_factory=lambda _config, _default: live.base,
         log_level=options.log_level,
         log_config=None,  # uvicorn's records go through the process's handler (adapter/logs.py)
