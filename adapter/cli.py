@@ -371,6 +371,10 @@ def _start_kube(
     # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
     engine.lead_times = learner = AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client))
     learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
+    from adapter.store.hpa_bands import HpaBands, refresh_forever
+
+    # stepPastTolerance (read-only: list horizontalpodautoscalers, for their targets and replica counts)
+    stepping = asyncio.get_running_loop().create_task(refresh_forever(engine, HpaBands(api_client)))
     store = KubeStore(api_client, engine)
     store.start()
     elector = LeaseElector(api_client, args.status_namespace)
@@ -392,7 +396,7 @@ def _start_kube(
 
     hpp_status = HPPStatusController(api_client, is_leader=lambda: elector.is_leader)  # reads HPAs, never writes
     hpp_status.start()
-    return {"stoppers": [learning.cancel, writer.stop, store.stop, hpp_status.stop], "store": store}
+    return {"stoppers": [learning.cancel, stepping.cancel, writer.stop, store.stop, hpp_status.stop], "store": store}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

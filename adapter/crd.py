@@ -547,6 +547,24 @@ def virtual_metric_schema() -> Schema:
             "holdTime": duration("Keep a window's value this long after it ends (at most 7 days)."),
             "min": number("Lower clamp of the served value."),
             "max": number("Upper clamp of the served value."),
+            "stepPastTolerance": obj(
+                "When a target's value needs more replicas than it has but the HPA would ignore it "
+                "(usage ratio within its tolerance of 1), serve the smallest value just past the band "
+                "so the HPA scales up. Needs the HPA that reads the target (cluster mode reads it, "
+                "read-only); unknown: the value is served unchanged.",
+                {
+                    "scaleUp": boolean("Step a needed scale-up past the band (default true when the block is set)."),
+                    "tolerance": {
+                        **number(
+                            "The controller's --horizontal-pod-autoscaler-tolerance that prescaler assumes "
+                            "(default 0.1); an HPA's own behavior.scaleUp.tolerance is used instead when set.",
+                            0,
+                            1,
+                        ),
+                        "exclusiveMaximum": True,
+                    },
+                },
+            ),
         },
         rules=[("!has(self.min) || !has(self.max) || self.min <= self.max", "min must not be greater than max")],
     )
@@ -585,6 +603,31 @@ def virtual_metric_schema() -> Schema:
                     "syncPeriodSeconds": number("The HPA sync period added.", 0),
                     "rampSeconds": number("Time the HPA scale-up policy needs for the expected step.", 0),
                     "pods": array("The pods the start-up was measured on.", string("Pod name.", max_length=253), 100),
+                },
+            ),
+            "toleranceStep": obj(
+                "stepPastTolerance: the latest decision per target an HPA asked for.",
+                {
+                    "targets": array(
+                        "At most 20 targets.",
+                        obj(
+                            "One target.",
+                            {
+                                "target": string("namespace/name", max_length=317),
+                                "reason": string(
+                                    "Stepped (served just past the band), NotNeeded (the HPA acts on the value "
+                                    "itself), Unknown (no HPA or replica count known: served unchanged) or "
+                                    "Clamped (the step would exceed spec.max).",
+                                    max_length=64,
+                                ),
+                                "hpa": string("namespace/name of the HPA read.", max_length=317),
+                                "message": string("Why the value was served unchanged."),
+                                "value": number("The value before the step."),
+                                "served": number("The value served."),
+                            },
+                        ),
+                        max_items=20,
+                    ),
                 },
             ),
         },

@@ -11,6 +11,7 @@ Side effects live here: runners, timers, threads, Prometheus gauges, status list
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -23,12 +24,13 @@ from adapter.handoff import LoopHandOff
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
+from adapter.pipeline.deadband import ToleranceSteps
 from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
 from adapter.pipeline.notices import Notices, StartupGate
 from adapter.pipeline.objects import MetricNames
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import Published
-from adapter.pipeline.query import MetricNotFound, Outcome, query
+from adapter.pipeline.query import MetricNotFound, Outcome, Values, query
 from adapter.pipeline.status import Statuses, all_statuses, is_stale
 from adapter.publisher import Publisher
 from adapter.resources import KIND_EVENT, KIND_METRIC
@@ -58,6 +60,8 @@ class Engine:
         self.publisher = Publisher(self.table, clock, self._handoff, self.status.changed, rebuild_delay, snapshot_delay)
         self._synced_kinds: set[str] = set()
         self.lead_times: LeadTimes | None = None  # leadTime: Auto, measured at the edge (adapter.store.leadtime)
+        # stepPastTolerance; cluster mode gives it the HPAs' targets and replicas (adapter.store.hpa_bands)
+        self.tolerance_steps = ToleranceSteps()
         self.notices, self._gate = Notices(), StartupGate()  # said once: typos, unreachable targets; readiness
 
     # ---------------------------------------------------------------- lifecycle
@@ -173,7 +177,7 @@ class Engine:
             sum(1 for _, e in events if e.error),
         )
         unknown = self.notices.unknown_targets_now(self.published)
-        yield all_statuses(self.metrics, {}, self.published, now, self.lead_times, unknown)
+        yield all_statuses(self.metrics, {}, self.published, now, self.lead_times, unknown, self.tolerance_steps)
         for piece in (dict(events[i : i + STATUS_PIECE]) for i in range(0, len(events), STATUS_PIECE)):
             for name, state in piece.items():
                 obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
@@ -187,7 +191,14 @@ class Engine:
         return sorted(self.published.metrics)
 
     def query(self, metric: str, namespace: str, selector: Selector, now: float | None = None) -> Outcome:
-        result = query(self.published, metric, namespace, selector, self.clock() if now is None else now)
+        published = self.published
+        result = query(published, metric, namespace, selector, self.clock() if now is None else now)
+        if isinstance(result, Values) and result.values:
+            items, changed = self.tolerance_steps.apply(result.values, published.metrics.get(metric))
+            if items is not result.values:
+                result = dataclasses.replace(result, values=items)
+            if changed:
+                self._handoff.call(self.status.changed)
         self.notices.observe(result, metric, namespace, on_new=lambda: self._handoff.call(self.status.changed))
         return result
 

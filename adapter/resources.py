@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapter.errors import ValidationError
-from adapter.fields import expect_mapping, read_duration, read_number, read_string, reject_unknown
-from adapter.policy import MERGE_STRATEGIES, MetricPolicy
+from adapter.fields import expect_mapping, read_bool, read_duration, read_number, read_string, reject_unknown
+from adapter.policy import DEFAULT_TOLERANCE, MERGE_STRATEGIES, MetricPolicy, ToleranceStep
 
 GROUP = "prescaler.pingpong.ai"
 VERSION = "v1"
@@ -174,7 +174,11 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
     try:
         _check_type(doc, KIND_METRIC)
         spec = expect_mapping(doc.get("spec", {}) or {}, "spec")
-        reject_unknown(spec, ("name", "defaultValue", "mergeStrategy", "leadTime", "holdTime", "min", "max"), "spec")
+        reject_unknown(
+            spec,
+            ("name", "defaultValue", "mergeStrategy", "leadTime", "holdTime", "min", "max", "stepPastTolerance"),
+            "spec",
+        )
         metric_name = read_string(spec, "name", "spec", default=name) or name
         if not _METRIC_NAME.match(metric_name) or metric_name in (".", ".."):
             raise ValidationError(
@@ -199,6 +203,7 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
                 hold_time=read_duration(spec, "holdTime", "spec", 0.0, maximum=7 * 86400.0),
                 min=minimum,
                 max=maximum,
+                tolerance_step=_tolerance_step(spec),
             ),
             lead_time_auto=spec.get("leadTime") == "Auto",
             generation=_generation(meta),
@@ -206,6 +211,25 @@ def parse_virtual_metric(doc: Mapping[str, Any]) -> VirtualMetric:
         )
     except ValidationError as exc:
         raise exc.for_object(obj) from None
+
+
+MAX_TOLERANCE = 1.0  # a tolerance of 100 % would make the HPA ignore a doubling
+
+
+def _tolerance_step(spec: Mapping[str, Any]) -> ToleranceStep | None:
+    """`stepPastTolerance: {scaleUp: true, tolerance: 0.1}`; absent or `scaleUp: false`: None (off)."""
+    if spec.get("stepPastTolerance") is None:
+        return None
+    raw = expect_mapping(spec["stepPastTolerance"], "spec.stepPastTolerance")
+    reject_unknown(raw, ("scaleUp", "tolerance"), "spec.stepPastTolerance")
+    scale_up = read_bool(raw, "scaleUp", "spec.stepPastTolerance", default=True)
+    tolerance = read_number(raw, "tolerance", "spec.stepPastTolerance", default=DEFAULT_TOLERANCE)
+    assert tolerance is not None
+    if not 0.0 <= tolerance < MAX_TOLERANCE:
+        raise ValidationError(
+            "spec.stepPastTolerance.tolerance", f"{tolerance:g} is not a fraction in [0, {MAX_TOLERANCE:g})"
+        )
+    return ToleranceStep(scale_up=True, tolerance=tolerance) if scale_up else None
 
 
 def _check_type(doc: Mapping[str, Any], kind: str) -> None:

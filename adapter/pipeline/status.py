@@ -33,6 +33,7 @@ def metric_status(
     published: Published,
     lead_times: Any = None,
     unknown_targets: Sequence[str] = (),
+    tolerance_steps: Any = None,
 ) -> dict[str, Any]:
     """`unknown_targets`: "namespace/name" queried for this metric that nothing feeds (latest last)."""
     gen = state.generation
@@ -54,6 +55,9 @@ def metric_status(
     learned = lead_times.status(state.metric) if lead_times is not None and state.metric is not None else None
     if learned is not None:
         status["learnedLeadTime"] = learned  # leadTime: Auto (adapter.store.leadtime)
+    stepped = tolerance_steps.status(state.metric) if tolerance_steps is not None and state.metric is not None else None
+    if stepped is not None:
+        status["toleranceStep"] = stepped  # stepPastTolerance (adapter.pipeline.deadband)
     return status
 
 
@@ -137,6 +141,7 @@ def all_statuses(
     now: float,
     lead_times: Any = None,
     unknown_targets: Mapping[str, Sequence[str]] | None = None,
+    tolerance_steps: Any = None,
 ) -> Statuses:
     """`unknown_targets`: by metric name, targets queried that nothing feeds."""
     names = resolve_metric_names(metrics.values())
@@ -145,7 +150,12 @@ def all_statuses(
         (KIND_METRIC, n): (
             s.generation,
             metric_status(
-                s, names, published, lead_times, unknown.get(s.metric.metric_name, ()) if s.metric is not None else ()
+                s,
+                names,
+                published,
+                lead_times,
+                unknown.get(s.metric.metric_name, ()) if s.metric is not None else (),
+                tolerance_steps,
             ),
         )
         for n, s in metrics.items()

@@ -21,7 +21,7 @@ import numpy as np
 from adapter.errors import ValidationError
 from adapter.sim.controller import ControllerConfig, HpaController, TickInputs
 from adapter.sim.hpa_spec import HpaSpec
-from adapter.sim.metrics import ExternalFeed, Feed, PrescalerModel, served_milli, traffic_feed
+from adapter.sim.metrics import ExternalFeed, Feed, PrescalerModel, SteppedFeed, served_milli, traffic_feed
 from adapter.sim.scenario import MetricSource, Scenario
 from adapter.sim.workload import Pods, StartupDelay
 
@@ -86,7 +86,7 @@ def simulate_hpa(
             status=pods.total,
             ready=ready,
             npods=pods.total,
-            readings=[f.reading(k, ready, starting) for f in feeds],
+            readings=[f.reading(k, ready, starting, spec) for f in feeds],
         )
         decision = controller.reconcile(t, inputs)
         spec = decision.replicas
@@ -256,6 +256,10 @@ def _feed(
         return traffic_feed(metric_type, name, sc.trace.at(read_at, sc.interpolation))
     assert prescaler is not None and source.resource is not None and source.namespace is not None
     values = prescaler.values(name, source.namespace, source.resource, read_at)
+    vm = prescaler.metrics[name]
+    if vm.policy.tolerance_step is not None and metric_type == "External":
+        # stepPastTolerance: stepped at each tick against this HPA and the workload's replicas.
+        return SteppedFeed(name, values, sc.hpa, source.resource, vm)
     return ExternalFeed.from_values(name, values, served_milli)
 
 

@@ -26,11 +26,14 @@ import numpy as np
 from adapter.errors import ValidationError
 from adapter.items import Item, dedupe
 from adapter.pipeline.contributions import Contributions, EntryPlan, compile_entries, compute_contributions
+from adapter.pipeline.deadband import ToleranceSteps
 from adapter.pipeline.publish import EMPTY, EventFeed, build_published
 from adapter.pipeline.query import values_over
 from adapter.quantity import format_milli
 from adapter.resources import VirtualMetric, VirtualMetricEvent
 from adapter.sim.controller import PodsReading, Reading
+from adapter.sim.hpa_band import band_for
+from adapter.sim.hpa_spec import HpaSpec
 from adapter.sim.quantity import MAX_INT64, to_milli
 from adapter.sim.traffic import Trace
 from adapter.sources.forecast import forecast_items
@@ -61,7 +64,8 @@ class Feed:
 
     name: str
 
-    def reading(self, k: int, ready: int, unready: int) -> Reading:
+    def reading(self, k: int, ready: int, unready: int, spec: int | None = None) -> Reading:
+        """The reading at tick k; `spec` is spec.replicas before the reconcile (None: unknown)."""
         raise NotImplementedError
 
     def value(self, k: int, ready: int) -> float | None:
@@ -84,7 +88,7 @@ class ExternalFeed(Feed):
         values = np.asarray(values, dtype=float)
         return cls(name, values, encode(values, encoder))
 
-    def reading(self, k: int, ready: int, unready: int) -> Reading:
+    def reading(self, k: int, ready: int, unready: int, spec: int | None = None) -> Reading:
         return self.milli[k]
 
     def value(self, k: int, ready: int) -> float | None:
@@ -99,7 +103,7 @@ class PodsTrafficFeed(Feed):
         self.name = name
         self.demand = np.asarray(demand, dtype=float)
 
-    def reading(self, k: int, ready: int, unready: int) -> Reading:
+    def reading(self, k: int, ready: int, unready: int, spec: int | None = None) -> Reading:
         if ready <= 0:
             return PodsReading((), unready=unready)
         per_pod = hpa_milli(float(self.demand[k]) / ready)
@@ -107,6 +111,45 @@ class PodsTrafficFeed(Feed):
 
     def value(self, k: int, ready: int) -> float | None:
         return float(self.demand[k]) / ready if ready > 0 else None
+
+
+class SteppedFeed(Feed):
+    """A prescaler metric with `stepPastTolerance`: V(t) from the pipeline, then stepped past the HPA's
+    dead band at each tick with the simulated HPA and workload (status = ready + starting pods), by
+    the same rule the server applies to an HPA's query (adapter.pipeline.deadband)."""
+
+    def __init__(self, name: str, values: np.ndarray, hpa: HpaSpec, resource: str, vm: VirtualMetric):
+        self.name = name
+        self.values = np.asarray(values, dtype=float)
+        self.hpa, self.resource, self.vm = hpa, resource, vm
+        self.steps = ToleranceSteps()
+        self.served: list[float | None] = [None] * len(self.values)
+        self.stepped = 0  # ticks whose value was stepped
+
+    def reading(self, k: int, ready: int, unready: int, spec: int | None = None) -> Reading:
+        v = float(self.values[k])
+        if math.isnan(v):
+            return None  # a failed fetch stays one
+        band = band_for(self.hpa, self.name, self.resource, ready + unready, spec, ready)
+        self.steps.lookup = lambda metric, namespace, resource: band
+        item = _Item(self.resource, self.hpa.namespace, v)
+        (out,), _ = self.steps.apply((item,), self.vm)
+        self.served[k] = out.value
+        self.stepped += out.value != v
+        return served_milli(out.value)
+
+    def value(self, k: int, ready: int) -> float | None:
+        v = self.served[k]
+        return v if v is not None else None
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One item of an answer, as adapter.pipeline.query.TargetValue has it (name, namespace, value)."""
+
+    name: str
+    namespace: str
+    value: float
 
 
 # ---------------------------------------------------------------- prescaler manifests
@@ -456,6 +499,7 @@ __all__ = [
     "PrescalerModel",
     "RecordedResponse",
     "Snapshots",
+    "SteppedFeed",
     "forecast_snapshots",
     "hpa_milli",
     "seasonal_naive",
