@@ -1,7 +1,7 @@
 """Benchmark: reactive HPA vs prescaled HPA (reactive + forecast External metric) vs oracle.
 
     .venv/bin/python bench/scaling.py [--days 14] [--refit 30m] [--expression upper]
-        [--quantile auto|source|Q] [--unserved-cost 20] [--frontier] [TRACE.csv ...]
+        [--quantile auto|source|Q] [--unserved-cost 20] [--step-past-tolerance] [--frontier] [TRACE.csv ...]
 
 For each trace in ../shared/data/traces/ (beside the repository) (or the given files):
 - the trace is put on the 15 s tick grid by step-hold (each value holds for its own bin, so 5-min and
@@ -43,8 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapter.durations import parse_duration
-from adapter.policy import MetricPolicy
-from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetric, VirtualMetricEvent
+from adapter.resources import MetricEntry, ResourceRef, SourceSpec, VirtualMetricEvent, parse_virtual_metric
 from adapter.sim.engine import run_scenario
 from adapter.sim.metrics import ForecastSettings, PrescalerModel
 from adapter.sim.scenario import parse_scenario
@@ -115,9 +114,11 @@ def bench_trace(
     duration: float | None = None,
     capacity_value: float | None = None,
     unserved_cost: float | None = None,
+    step_past_tolerance: bool = False,
 ) -> dict:
     """One trace; `unserved_cost` set: the forecast source chooses its quantile at every refit
-    (`unservedCost`, the product feature) instead of the fixed `quantile`."""
+    (`unservedCost`, the product feature) instead of the fixed `quantile`; `step_past_tolerance`: the
+    VirtualMetric sets `stepPastTolerance: {}` (the product option, parsed as a user's manifest)."""
     trace = load_trace(path)
     w_start, w_duration, w_capacity = window_of(trace, days, warmup_days)
     start = w_start if start is None else start
@@ -129,6 +130,8 @@ def bench_trace(
         "metadata": {"name": "rps-forecast"},
         "spec": {"defaultValue": 0, "mergeStrategy": "Sum", "leadTime": "5m"},
     }
+    if step_past_tolerance:
+        vm["spec"]["stepPastTolerance"] = {}
     doc = {
         "hpa": hpa_manifest(capacity, prescaled=True),
         "tick": "15s",
@@ -159,7 +162,7 @@ def bench_trace(
         metrics=(MetricEntry("rps-forecast", ResourceRef("bench", "web"), expression),),
     )
     model = PrescalerModel(
-        [VirtualMetric(name="rps-forecast", metric_name="rps-forecast", policy=MetricPolicy(lead_time=LEAD))],
+        [parse_virtual_metric(vm)],
         [vme],
         trace=trace,
         forecast=settings,
@@ -266,6 +269,7 @@ def choose_quantile(
     candidates: tuple[float, ...],
     unserved_cost: float,
     calibration_days: float,
+    step_past_tolerance: bool = False,
 ) -> tuple[float, dict[float, float]]:
     """The quantile with the lowest stated cost, simulated on the days just before the window
     (what the target's own recent history says; the window itself is never looked at)."""
@@ -284,6 +288,7 @@ def choose_quantile(
             start=cal_start,
             duration=start - cal_start,
             capacity_value=capacity,
+            step_past_tolerance=step_past_tolerance,
         )
         costs[q] = cost(r, unserved_cost)
     return min(costs, key=lambda q: costs[q]), costs
@@ -312,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         help="cost of one pod-hour of unserved demand, in idle pod-hours",
     )
     parser.add_argument("--calibration-days", type=float, default=2.0)
+    parser.add_argument(
+        "--step-past-tolerance",
+        action="store_true",
+        help="the VirtualMetric sets stepPastTolerance: {} (serve values past the HPA's dead band on a scale-up)",
+    )
     parser.add_argument(
         "--frontier",
         action="store_true",
@@ -343,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                 candidates,
                 args.unserved_cost,
                 args.calibration_days,
+                args.step_past_tolerance,
             )
             chosen.append(
                 f"{path.name}: " + ", ".join(f"q={q:g} cost {c:.1f}" for q, c in costs.items()) + f" -> {quantile:g}"
@@ -352,7 +363,16 @@ def main(argv: list[str] | None = None) -> int:
         source_cost = args.unserved_cost if args.quantile == "source" else None
         if source_cost is not None:
             quantile = 0.9  # not used: the source chooses per series at every refit
-        r = bench_trace(path, args.days, args.warmup, refit, args.expression, quantile, unserved_cost=source_cost)
+        r = bench_trace(
+            path,
+            args.days,
+            args.warmup,
+            refit,
+            args.expression,
+            quantile,
+            unserved_cost=source_cost,
+            step_past_tolerance=args.step_past_tolerance,
+        )
         re, pr, orc = r["reactive"], r["prescaled"], r["oracle"]
         u_ratio = pr.unserved_share / re.unserved_share if re.unserved_share else float("inf")
         h_ratio = pr.pod_hours / orc.pod_hours
