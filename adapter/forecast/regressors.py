@@ -11,8 +11,10 @@ effect, so the fit goes in three steps:
 2. beta by Huber-weighted least squares (IRLS) of (load - baseline) on the event series, with its
    covariance from the final weights and a robust residual scale (MAD);
 3. the history with the fitted effect removed goes to the usual model; the forecast adds
-   beta . event(future) back, and the interval is widened in quadrature by the coefficients'
-   uncertainty (z_q * sqrt(x' Cov x) for the announced x at each step).
+   beta . event(future) back, and the interval is widened in quadrature by the effect's
+   uncertainty, z_q * sqrt(x' Cov x + (tau * beta . x)^2) for the announced x at each step: the
+   coefficients' own error plus tau, the relative spread of one event's effect around its mean
+   (measured on the history's event steps, `effect_dispersion`).
 
 numpy only.
 """
@@ -42,6 +44,9 @@ class Effects:
     cov: np.ndarray  # (k, k)
     samples: np.ndarray  # (k,): history steps where the regressor was non-zero
     scale: float  # robust residual scale of the load around baseline + effect
+    # Relative spread of one event's effect around beta . x (0.25: a crowd is typically 25 % off
+    # what was announced): the effect is uncertain even with beta known exactly.
+    dispersion: float = 0.0
 
     def as_dict(self) -> list[dict[str, float | int | str]]:
         """For status and CLI output: one row per regressor."""
@@ -184,9 +189,35 @@ def fit_effects(values: np.ndarray, events: np.ndarray, names: Sequence[str]) ->
         beta[used] = b
         idx = np.flatnonzero(used)
         cov[np.ix_(idx, idx)] = c
+        dispersion = effect_dispersion(resid, xu @ b, active)
+    else:
+        dispersion = 0.0
     stderr = np.sqrt(np.maximum(np.diag(cov), 0.0))
     stderr = np.where(used, stderr, np.inf)
-    return Effects(tuple(names), beta, stderr, cov, samples, float(scale))
+    return Effects(tuple(names), beta, stderr, cov, samples, float(scale), dispersion)
+
+
+MAX_DISPERSION = 2.0
+
+
+def effect_dispersion(resid: np.ndarray, effect: np.ndarray, active: np.ndarray) -> float:
+    """tau: the relative spread of an event's effect, var(resid at event steps) ~ s^2 + tau^2 effect^2.
+
+    Moments, made robust: the quiet steps give the noise scale s (MAD), event-step residuals are
+    winsorised at 5 robust scales before the excess variance is taken. Without it the interval at an
+    announced step only carries the uncertainty of beta, which shrinks with more history, while each
+    event's own surprise (a crowd bigger or smaller than announced) does not."""
+    if active.sum() < 2 or (~active).sum() < 2:
+        return 0.0
+    quiet = _mad(resid[~active])
+    ra, ea = resid[active], effect[active]
+    limit = 5.0 * max(_mad(ra), quiet, 1e-12)
+    ra = np.clip(ra, -limit, limit)
+    energy = float((ea**2).sum())
+    if energy <= 0:
+        return 0.0
+    excess = float((ra**2).sum()) - len(ra) * quiet**2
+    return float(min(math.sqrt(max(excess, 0.0) / energy), MAX_DISPERSION))
 
 
 def _mad(r: np.ndarray) -> float:
@@ -214,11 +245,13 @@ def add_effects(
     quantile: float,
     nonnegative: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Forecast + beta . x(future); the interval widened in quadrature by the coefficients' spread."""
+    """Forecast + beta . x(future); the interval widened in quadrature by the effect's uncertainty:
+    the coefficients' (x' Cov x) and each event's own spread around its mean ((tau . beta x)^2)."""
     x = np.where(np.isfinite(future), future, 0.0).reshape(len(forecast), -1)
     effect = x @ _finite_beta(effects)
     cov = np.where(np.isfinite(effects.cov), effects.cov, 0.0)
-    spread = np.sqrt(np.maximum(np.einsum("hi,ij,hj->h", x, cov, x), 0.0)) * _z(quantile)
+    variance = np.einsum("hi,ij,hj->h", x, cov, x) + (effects.dispersion * effect) ** 2
+    spread = np.sqrt(np.maximum(variance, 0.0)) * _z(quantile)
     point = forecast + effect
     up = point + np.sqrt((upper - forecast) ** 2 + spread**2)
     lo = point - np.sqrt((forecast - lower) ** 2 + spread**2)

@@ -77,3 +77,46 @@ def test_standard_error_accounts_for_each_events_own_surprise():
         z.append((effects.beta[0] - 6) / effects.stderr[0])
     z = np.abs(np.array(z))
     assert np.mean(z <= 1.96) >= 0.75  # independent-step errors alone cover about two thirds
+
+
+def test_dispersion_of_each_events_effect_is_measured_and_widens_the_interval():
+    # Events whose crowd is 25 % off what was announced (one draw per event) and 10 % per step.
+    rng = np.random.default_rng(7)
+    n = DAY * 10
+    t = np.arange(n)
+    base = 50 + 20 * np.sin(2 * np.pi * t / DAY)
+    noise = 2.0
+    y = base + rng.normal(0, noise, n)
+    x = np.zeros((n, 1))
+    for s in rng.choice(n - 20, 40, replace=False):
+        a = rng.integers(1, 11)
+        x[s : s + 6, 0] = a
+        y[s : s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
+    effects = fit_effects(y, x, ["audience"])
+    assert 0.15 < effects.dispersion < 0.4  # about sqrt(0.25^2 + 0.1^2) = 0.27
+    # Fresh events, with the base forecast known exactly: the upper 90 % bound must cover about 90 %
+    # of the event steps. beta's own error alone (the interval before) covers far fewer.
+    a = rng.integers(1, 11, 2000).astype(float)
+    truth = 60 + a * 6 * (1 + rng.normal(0, 0.25, 2000)) * (1 + rng.normal(0, 0.1, 2000)) + rng.normal(0, noise, 2000)
+    f = np.full(2000, 60.0)
+    z90 = 1.2816
+    _, _, upper = add_effects(f, f - z90 * noise, f + z90 * noise, a[:, None], effects, 0.9)
+    covered = np.mean(truth <= upper)
+    assert 0.85 <= covered <= 0.97
+    from dataclasses import replace
+
+    _, _, narrow = add_effects(f, f - z90 * noise, f + z90 * noise, a[:, None], replace(effects, dispersion=0.0), 0.9)
+    assert np.mean(truth <= narrow) < min(0.85, covered - 0.05)
+
+
+def test_no_dispersion_without_events_or_with_exact_effects():
+    y, x = history(outliers=0)
+    assert fit_effects(y, np.zeros_like(x), ["audience"]).dispersion == 0.0
+    rng = np.random.default_rng(1)
+    n = DAY * 8
+    y = 50 + rng.normal(0, 2, n)
+    x = np.zeros((n, 1))
+    for s in rng.choice(n - 30, 25, replace=False):
+        x[s : s + 6, 0] = 5
+    y += x[:, 0] * 4.0  # the effect is exactly beta x: nothing left to spread
+    assert fit_effects(y, x, ["audience"]).dispersion < 0.05
