@@ -71,12 +71,23 @@ class EventState:
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
     _derived: tuple[object, EntrySummary] | None = field(default=None, repr=False, compare=False)
+    _named_problems: tuple[object, dict[str, str]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def summary(self) -> EntrySummary:
         derived = self._derived
         if derived is None or derived[0] is not self.entries:
             derived = self._derived = (self.entries, EntrySummary.of(self.entries))
+        return derived[1]
+
+    @property
+    def named_target_problems(self) -> dict[str, str]:
+        """The unreachable targets among those the entries name ("namespace/name" -> why), checked
+        once per entries list: every snapshot of the event has the same ones."""
+        derived = self._named_problems
+        if derived is None or derived[0] is not self.entries:
+            named = ((namespace, resource) for _, namespace, resource in self.summary.named)
+            derived = self._named_problems = (self.entries, target_problems(named, {}))
         return derived[1]
 
     @property
@@ -321,7 +332,7 @@ class ObjectTable:
     def set_items(state: EventState, items: list[Item], change: Change) -> None:
         state.items = items
         state.contributions = compute_contributions(state.entries, items)
-        state.unreachable = unreachable_targets(state.entries, state.contributions.by_key)
+        state.unreachable = unreachable_targets(state, state.contributions.by_key)
         if state.contributions.dropped:
             change.dropped[state.name] = state.contributions.dropped
             log.warning(
@@ -335,30 +346,40 @@ class ObjectTable:
 MAX_UNREACHABLE_LISTED = 20
 
 
-def unreachable_targets(entries: Iterable[EntryPlan], keys: Iterable[Key]) -> tuple[str, ...]:
+def unreachable_targets(state: EventState, keys: Iterable[Key]) -> tuple[str, ...]:
     """Targets whose values no HPA could ever read, with the reason (at most MAX_UNREACHABLE_LISTED).
 
     An HPA queries `resource=<name>` in its own namespace: the namespace must be an RFC 1123 label
     (the object parser already insists) and the name a valid label value -- at most 63 characters,
     alphanumerics, '-', '_' and '.' -- which a Deployment name of 64+ characters or a label value
-    taken from an item (`nameFromLabel`) need not be."""
-    found: dict[str, str] = {}
-    # Entries name most keys too: each target once, each string checked once (a snapshot of 1 000
-    # targets runs this on the event loop).
-    targets = dict.fromkeys((e.namespace, e.name) for e in entries if e.name is not None)
-    targets.update(dict.fromkeys((namespace, resource) for _, namespace, resource in keys))
-    for namespace, resource in targets:
-        if f"{namespace}/{resource}" in found:
+    taken from an item (`nameFromLabel`) need not be.
+
+    The targets the entries name are checked once per entries list (`named_target_problems`); a
+    snapshot adds only the targets its items name through labels. (A snapshot of 1 000 named
+    targets runs this on the event loop: checking them all again took most of its time.)"""
+    found = state.named_target_problems
+    if state.summary.by_label and len(found) < MAX_UNREACHABLE_LISTED:
+        named = {(namespace, resource) for _, namespace, resource in state.summary.named}
+        from_labels = ((namespace, resource) for _, namespace, resource in keys if (namespace, resource) not in named)
+        found = target_problems(from_labels, found)
+    return tuple(f"{target}: {why}" for target, why in sorted(found.items()))
+
+
+def target_problems(targets: Iterable[tuple[str, str]], found: Mapping[str, str]) -> dict[str, str]:
+    """`found` plus the (namespace, name) targets no HPA could query, up to MAX_UNREACHABLE_LISTED."""
+    result = dict(found)
+    for namespace, resource in dict.fromkeys(targets):  # each target once
+        if len(result) >= MAX_UNREACHABLE_LISTED:
+            break
+        if f"{namespace}/{resource}" in result:
             continue
         problems = [f"namespace: {p}" for p in _label_problems(namespace) if namespace]
         problems += [f"name: {p}" for p in _label_problems(resource)]
         if not resource:
             problems.append("name: empty")
         if problems:
-            found[f"{namespace}/{resource}"] = "; ".join(problems)
-            if len(found) >= MAX_UNREACHABLE_LISTED:
-                break
-    return tuple(f"{target}: {why}" for target, why in sorted(found.items()))
+            result[f"{namespace}/{resource}"] = "; ".join(problems)
+    return result
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -83,6 +83,44 @@ def test_unreachable_targets_are_reported(caplog: pytest.LogCaptureFixture) -> N
     assert len(lines) == 2  # once per problem, not per status refresh
 
 
+def test_unreachable_targets_follow_the_entries_and_the_item_labels_of_each_snapshot() -> None:
+    """The named targets are checked once per entries list, the label-named ones per snapshot: an
+    edit that renames the target, or a snapshot whose labels change, changes what is reported."""
+    long_name = "b" * 64
+    by_label = {
+        "name": "rps",
+        "resource": {"namespace": "service-a", "nameFromLabel": "app"},
+        "value": {"expression": "n"},
+    }
+    mixed = schedule_event("mixed", ITEMS, [entry("service-a", long_name, "n"), by_label])
+
+    def unreachable(engine) -> str:  # type: ignore[no-untyped-def]
+        condition = _conditions(engine.statuses()[("VirtualMetricEvent", "mixed")][1])["ExpressionsValid"]
+        return condition["message"] if condition["reason"] == "UnreachableTarget" else ""
+
+    async def go():
+        engine = await loaded_engine([metric(), mixed])
+        engine._on_snapshot("mixed", [Item(NOW, NOW + 600, {"n": 1}, "a", {"app": "Bad Name"})])
+        await settle(engine)
+        first = unreachable(engine)
+        engine._on_snapshot("mixed", [Item(NOW, NOW + 600, {"n": 2}, "a", {"app": "good-name"})])
+        await settle(engine)
+        second = unreachable(engine)
+        renamed = schedule_event("mixed", ITEMS, [entry("service-a", "short", "n"), by_label])
+        engine.resync("VirtualMetricEvent", [renamed])
+        await settle(engine)
+        engine._on_snapshot("mixed", [Item(NOW, NOW + 600, {"n": 3}, "a", {"app": "good-name"})])
+        await settle(engine)
+        third = unreachable(engine)
+        await engine.stop()
+        return first, second, third
+
+    first, second, third = run(go())
+    assert f"service-a/{long_name}" in first and "service-a/Bad Name" in first
+    assert f"service-a/{long_name}" in second and "Bad Name" not in second
+    assert third == ""
+
+
 # ---------------------------------------------------------------- point 5
 
 
