@@ -62,3 +62,17 @@ def test_a_wrong_assumed_flag_is_visible_in_the_simulation() -> None:
     ticks = run_scenario(parse_scenario(doc)).to_json()["ticks"]
     assert at(ticks, 54 * MIN + 45)["metrics"]["campaign"] == 720.001
     assert at(ticks, 56 * MIN)["replicas"] == 25
+
+
+def test_the_shipped_example_shows_the_stuck_scale_up_and_its_fix() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "sim" / "dead-band.yaml"
+    doc = yaml.safe_load(path.read_text())
+    stepped = run_scenario(parse_scenario(doc, path.parent)).summaries["scenario"]
+    del doc["manifests"][0]["spec"]["stepPastTolerance"]
+    stuck = run_scenario(parse_scenario(doc, path.parent)).summaries["scenario"]
+    assert (stepped.unserved_share, stepped.max_replicas) == (0.0, 23)
+    assert stuck.unserved_share > 0.02 and stuck.max_replicas == 20
