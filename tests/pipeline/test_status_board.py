@@ -92,6 +92,6 @@ def test_engine_status_pieces_together_are_every_status() -> None:
         return sizes, whole, board
 
     sizes, whole, board = run(go())
-    assert sizes == [1, 100, 100, 50]  # the metric, then events a piece at a time
+    assert sizes == [1] + [20] * 12 + [10]  # the metric, then events a piece (STATUS_PIECE) at a time
     assert len(whole) == 251 and set(board) == set(whole)
     assert all(whole[k][1]["conditions"] == board[k][1]["conditions"] for k in whole)
