@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from adapter import heap
 from adapter import observability as obs
-from adapter.handoff import LoopHandOff
+from adapter.handoff import LoopHandOff, pause_after
 from adapter.pipeline.contributions import Partition
 from adapter.pipeline.incremental import publish_changes, split_targets
 from adapter.pipeline.objects import MetricNames, ObjectTable, resolve_metric_names
@@ -25,9 +25,9 @@ from adapter.pipeline.publish import EMPTY, EventFeed, Published
 
 # Item snapshots are rebuilt on the event loop in pieces of this many targets; a target with many
 # intervals counts as one per INTERVALS_PER_TARGET of them. A piece costs about 0.55 ms plus 5.5 us a
-# target with 100 000 targets loaded: 200 keep each under about 2 ms (500 took 3-4 ms, and every
-# request that arrived meanwhile waited that long) for 1.4x the loop time of 500 in all.
-INLINE_TARGETS = 200
+# target with 100 000 targets loaded: 100 keep each near 1 ms (500 took 3-4 ms, and every request
+# that arrived meanwhile waited that long), and the loop answers requests as long again after each.
+INLINE_TARGETS = 100
 INTERVALS_PER_TARGET = 10
 
 
@@ -115,12 +115,13 @@ class Publisher:
                 if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
                     pieces = split_targets(targets, INLINE_TARGETS, _weigher(by_name, events))
                     for number, piece in enumerate(pieces, 1):
+                        piece_started = time.perf_counter()
                         self.published = publish_changes(
                             self.names.served, feeds, self.clock(), self.published, set(), piece, events, by_name
                         )
                         if number < len(pieces):
                             heap.after_publish()
-                            await asyncio.sleep(0)
+                            await asyncio.sleep(pause_after(time.perf_counter() - piece_started))
                 else:  # whole partitions: the numpy-heavy build runs off the loop
                     self.published = await asyncio.to_thread(
                         publish_changes,

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
+from adapter.handoff import pause_after
 from adapter.pipeline.status import Statuses
 
 log = logging.getLogger("prescaler.engine")
@@ -85,7 +86,8 @@ class StatusBoard:
                 if piece is None:
                     break
                 statuses.update(piece)
-                await asyncio.sleep(0)  # let the requests that arrived meanwhile be answered
+                # Let the requests that arrived meanwhile be answered, as long as the piece took.
+                await asyncio.sleep(pause_after(time.perf_counter() - started))
             self._busy = busy
             self._show(statuses)
         except Exception:
