@@ -29,8 +29,9 @@ any credential), so every connection must cost bounded memory for a bounded time
   and, when the request head was valid but the body framing was not (chunked garbage), the app kept
   running for a connection the parser had already failed and died with a ~70-line traceback.
 
-The parser is httptools (llhttp, in C) rather than h11 (pure Python): over TLS on one core it
-answered about 2.5 times the requests per second of h11 with the same app (``bench/serve.py``).
+The parser is httptools (llhttp, in C) rather than h11 (pure Python): the bare app of
+``bench/serve.py`` over TLS at 32 connections answered 13 747 requests/s against 5 144 with h11, p99
+3.6 ms against 13.3 ms (the two side by side in one run, three rounds).
 """
 
 from __future__ import annotations
