@@ -130,3 +130,25 @@ def audit_events(plane: ControlPlane, offset: int = 0) -> list[dict[str, Any]]:
 
 def audit_offset(plane: ControlPlane) -> int:
     return plane.audit_log.stat().st_size if plane.audit_log.exists() else 0
+
+
+def namespace_and_deployment(namespace: str, app: str, replicas: int) -> list[dict[str, Any]]:
+    """A namespace and a Deployment `app` (label app=<app>) of `replicas` pause pods: a scale target.
+    No kubelet runs, so its pods are created and never start."""
+    labels = {"app": app}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": app, "namespace": namespace},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+                },
+            },
+        },
+    ]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.support import PrescalerProcess, served, wait_for
+from tests.e2e.support import PrescalerProcess, namespace_and_deployment, served, wait_for
 
 log = logging.getLogger("e2e.deadband")
 
@@ -52,24 +52,10 @@ def seen_value(plane: ControlPlane) -> str | None:
 def test_a_scale_up_inside_the_dead_band_happens_only_with_step_past_tolerance(
     plane: ControlPlane, prescaler: PrescalerProcess
 ) -> None:
-    labels = {"app": APP}
     now = int(time.time())
     plane.apply(
         [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": APP, "namespace": NS},
-                "spec": {
-                    "replicas": REPLICAS,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
-                    },
-                },
-            },
+            *namespace_and_deployment(NS, APP, REPLICAS),
             metric(step=False),
             {
                 "apiVersion": "prescaler.pingpong.ai/v1",

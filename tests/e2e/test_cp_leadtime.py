@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.support import PrescalerProcess, served, wait_for
+from tests.e2e.support import PrescalerProcess, namespace_and_deployment, served, wait_for
 
 log = logging.getLogger("e2e.leadtime")
 
@@ -63,23 +63,9 @@ def learned(plane: ControlPlane) -> dict[str, Any]:
 
 @pytest.mark.timeout(600)
 def test_auto_lead_time_is_learnt_from_real_pods_and_served(plane: ControlPlane, prescaler: PrescalerProcess) -> None:
-    labels = {"app": APP}
     plane.apply(
         [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": APP, "namespace": NS},
-                "spec": {
-                    "replicas": REPLICAS,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
-                    },
-                },
-            },
+            *namespace_and_deployment(NS, APP, REPLICAS),
             # The HPA that scales the target: its scale-up policy sets the ramp. The metric's target is far
             # above the values served here, so it keeps the Deployment at minReplicas.
             {
