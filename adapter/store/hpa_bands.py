@@ -72,6 +72,7 @@ class HpaBands:
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
         self.bands: dict[tuple[str, str, str], HpaBand] = {}
+        self.failing: set[str] = set()  # namespaces whose last list failed (warned once per run of failures)
 
     def lookup(self, metric: str, namespace: str, resource: str) -> HpaBand | None:
         return self.bands.get((metric, namespace, resource))
@@ -90,10 +91,28 @@ class HpaBands:
             try:
                 listing = _json(api.list_namespaced_horizontal_pod_autoscaler(namespace, _preload_content=False))
             except (ApiException, ValueError, OSError) as exc:
-                log.debug("stepPastTolerance: cannot list HPAs in %s: %s", namespace, exc)
+                # Loud once (an RBAC mistake shows here), then quiet until it works again: the
+                # targets' status.toleranceStep says Unknown meanwhile.
+                level = logging.DEBUG if namespace in self.failing else logging.WARNING
+                log.log(
+                    level,
+                    "stepPastTolerance: cannot list HPAs in namespace %s (values there are served unchanged): %s",
+                    namespace,
+                    _short(exc),
+                )
+                self.failing.add(namespace)
                 continue
+            if namespace in self.failing:
+                self.failing.discard(namespace)
+                log.info("stepPastTolerance: listing HPAs in namespace %s works again", namespace)
             found.update(bands_from_hpas(namespace, listing.get("items") or []))
         self.bands = found  # one assignment: a query sees the old map or the new one
+
+
+def _short(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    return f"{status} {reason}" if status is not None else f"{type(exc).__name__}: {exc}"
 
 
 def stepping_namespaces(engine: Any) -> set[str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -98,3 +99,21 @@ def test_cluster_reads_hpas_and_the_engine_steps_the_answer(kube: FakeKube) -> N
     assert reasons == {"shop/web": STEPPED, "shop/api": UNKNOWN}
     reads = kube.requests_matching(path_regex="horizontalpodautoscalers")
     assert reads and {r.method for r in reads} == {"GET"}  # read-only
+
+
+def test_a_namespace_whose_hpas_cannot_be_listed_is_warned_once_then_said_when_it_works(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with FakeKube() as fake:  # no HPA type registered yet: the list fails as a missing RBAC rule would
+        bands = HpaBands(fake.api_client())
+        with caplog.at_level(logging.DEBUG, logger="prescaler.deadband"):
+            bands.refresh(["shop"])
+            bands.refresh(["shop"])
+            fake.register_type(HPAS)
+            fake.apply(hpa("web", "web"))
+            fake.set_status("HorizontalPodAutoscaler", "web", {"currentReplicas": 20}, "shop")
+            bands.refresh(["shop"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "namespace shop" in warnings[0] and "served unchanged" in warnings[0]
+    assert any("works again" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+    assert ("rps", "shop", "web") in bands.bands
