@@ -26,6 +26,41 @@ def metric(name: str = "rps", **spec: Any) -> dict[str, Any]:
     }
 
 
+def external_hpa(
+    name: str = "web",
+    namespace: str = "shop",
+    resource: str = "web",
+    behavior: dict[str, Any] | None = None,
+    max_replicas: int = 40,
+    target_type: str = "AverageValue",
+) -> dict[str, Any]:
+    """An HPA on Deployment `resource` with one External metric `rps` (selector resource=<resource>,
+    target 10 of `target_type`)."""
+    field = "averageValue" if target_type == "AverageValue" else "value"
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": resource},
+        "minReplicas": 1,
+        "maxReplicas": max_replicas,
+        "metrics": [
+            {
+                "type": "External",
+                "external": {
+                    "metric": {"name": "rps", "selector": {"matchLabels": {"resource": resource}}},
+                    "target": {"type": target_type, field: "10"},
+                },
+            }
+        ],
+    }
+    if behavior is not None:
+        spec["behavior"] = behavior
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
 def schedule_event(
     name: str, items: list[dict[str, Any]], entries: list[dict[str, Any]], labels: dict[str, str] | None = None
 ) -> dict[str, Any]:

@@ -71,7 +71,9 @@ class EventState:
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
     _derived: tuple[object, EntrySummary] | None = field(default=None, repr=False, compare=False)
-    _named_problems: tuple[object, dict[str, str]] | None = field(default=None, repr=False, compare=False)
+    _named_problems: tuple[object, dict[str, str], frozenset[tuple[str, str]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def summary(self) -> EntrySummary:
@@ -84,11 +86,19 @@ class EventState:
     def named_target_problems(self) -> dict[str, str]:
         """The unreachable targets among those the entries name ("namespace/name" -> why), checked
         once per entries list: every snapshot of the event has the same ones."""
+        return self._named()[1]
+
+    @property
+    def named_targets(self) -> frozenset[tuple[str, str]]:
+        """(namespace, name) of every target the entries name, once per entries list."""
+        return self._named()[2]
+
+    def _named(self) -> tuple[object, dict[str, str], frozenset[tuple[str, str]]]:
         derived = self._named_problems
         if derived is None or derived[0] is not self.entries:
-            named = ((namespace, resource) for _, namespace, resource in self.summary.named)
-            derived = self._named_problems = (self.entries, target_problems(named, {}))
-        return derived[1]
+            named = [(namespace, resource) for _, namespace, resource in self.summary.named]  # entry order
+            derived = self._named_problems = (self.entries, target_problems(named, {}), frozenset(named))
+        return derived
 
     @property
     def metric_names(self) -> frozenset[str]:
@@ -359,7 +369,7 @@ def unreachable_targets(state: EventState, keys: Iterable[Key]) -> tuple[str, ..
     targets runs this on the event loop: checking them all again took most of its time.)"""
     found = state.named_target_problems
     if state.summary.by_label and len(found) < MAX_UNREACHABLE_LISTED:
-        named = {(namespace, resource) for _, namespace, resource in state.summary.named}
+        named = state.named_targets
         from_labels = ((namespace, resource) for _, namespace, resource in keys if (namespace, resource) not in named)
         found = target_problems(from_labels, found)
     return tuple(f"{target}: {why}" for target, why in sorted(found.items()))

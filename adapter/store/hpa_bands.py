@@ -116,7 +116,8 @@ def _short(exc: Exception) -> str:
 
 
 def stepping_namespaces(engine: Any) -> set[str]:
-    """Namespaces of the targets of VirtualMetrics with stepPastTolerance."""
+    """Namespaces of the targets of VirtualMetrics with stepPastTolerance (from each event's
+    partitions, worked out once per entries list: this runs on the loop every REFRESH seconds)."""
     names = {
         s.metric.metric_name
         for s in list(engine.metrics.values())
@@ -125,11 +126,11 @@ def stepping_namespaces(engine: Any) -> set[str]:
     if not names:
         return set()
     return {
-        entry.resource.namespace
+        namespace
         for s in list(engine.events.values())
         if s.vme is not None
-        for entry in s.vme.metrics
-        if entry.metric in names
+        for metric, namespace in s.summary.partitions
+        if metric in names
     }
 
 

@@ -60,6 +60,18 @@ def test_interval_is_widened_by_the_coefficient_uncertainty():
     assert widths[3] > widths[2] > 1.0  # more announced units, more uncertainty
 
 
+def _surprising_events(rng: np.random.Generator, y: np.ndarray, count: int) -> np.ndarray:
+    """Adds `count` 6-step events of an announced size 1..10 to `y` (in place), 6 per unit, each crowd
+    25 % off its announcement (one draw per event) and 10 % per step; returns the announced series."""
+    n = len(y)
+    x = np.zeros((n, 1))
+    for s in rng.choice(n - 20, count, replace=False):
+        a = rng.integers(1, 11)
+        x[s : s + 6, 0] = a
+        y[s : s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
+    return x
+
+
 def test_standard_error_accounts_for_each_events_own_surprise():
     # A crowd bigger than announced lifts every step of its event: steps are not independent.
     z = []
@@ -68,11 +80,7 @@ def test_standard_error_accounts_for_each_events_own_surprise():
         n = DAY * 7
         t = np.arange(n)
         y = 50 + 20 * np.sin(2 * np.pi * t / DAY) + rng.normal(0, 2, n)
-        x = np.zeros((n, 1))
-        for s in rng.choice(n - 20, 20, replace=False):
-            a = rng.integers(1, 11)
-            x[s : s + 6, 0] = a
-            y[s : s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
+        x = _surprising_events(rng, y, 20)
         effects = fit_effects(y, x, ["audience"])
         z.append((effects.beta[0] - 6) / effects.stderr[0])
     z = np.abs(np.array(z))
@@ -87,11 +95,7 @@ def test_dispersion_of_each_events_effect_is_measured_and_widens_the_interval():
     base = 50 + 20 * np.sin(2 * np.pi * t / DAY)
     noise = 2.0
     y = base + rng.normal(0, noise, n)
-    x = np.zeros((n, 1))
-    for s in rng.choice(n - 20, 40, replace=False):
-        a = rng.integers(1, 11)
-        x[s : s + 6, 0] = a
-        y[s : s + 6] += a * 6 * (1 + rng.normal(0, 0.25)) * (1 + rng.normal(0, 0.1, 6))
+    x = _surprising_events(rng, y, 40)
     effects = fit_effects(y, x, ["audience"])
     assert 0.15 < effects.dispersion < 0.4  # about sqrt(0.25^2 + 0.1^2) = 0.27
     # Fresh events, with the base forecast known exactly: the upper 90 % bound must cover about 90 %

@@ -27,7 +27,7 @@ from adapter.resources import parse_virtual_metric
 from adapter.sim.controller import Tolerances, external_average_replicas, external_value_replicas
 from adapter.sim.hpa_band import band_for
 from adapter.sim.hpa_spec import parse_hpa
-from tests.helpers import NOW, entry, loaded_engine, metric, run, schedule_event
+from tests.helpers import NOW, entry, external_hpa, loaded_engine, metric, run, schedule_event
 
 NO_DOWN = 0.1  # the scale-down side never matters for a step up
 
@@ -88,21 +88,7 @@ def test_the_hpas_own_scale_up_tolerance_replaces_the_assumed_flag() -> None:
 
 def test_per_direction_tolerance_from_the_hpa_manifest() -> None:
     def manifest(behavior: dict | None) -> dict:
-        spec = {
-            "maxReplicas": 50,
-            "metrics": [
-                {
-                    "type": "External",
-                    "external": {
-                        "metric": {"name": "rps", "selector": {"matchLabels": {"resource": "web"}}},
-                        "target": {"type": "AverageValue", "averageValue": "10"},
-                    },
-                }
-            ],
-        }
-        if behavior is not None:
-            spec["behavior"] = behavior
-        return {"metadata": {"name": "web", "namespace": "ns"}, "spec": spec}
+        return external_hpa(namespace="ns", behavior=behavior, max_replicas=50)
 
     only_down = band_for(parse_hpa(manifest({"scaleDown": {"tolerance": 0.5}})), "rps", "web", 20)
     assert only_down is not None and only_down.tolerance_up is None  # the down side is not the up side

@@ -13,34 +13,13 @@ from adapter.labels import parse_selector
 from adapter.pipeline.deadband import STEPPED, UNKNOWN
 from adapter.store.hpa_bands import HpaBands, bands_from_hpas, refresh_forever, stepping_namespaces
 from tests.fakekube import FakeKube, ResourceType
-from tests.helpers import NOW, entry, loaded_engine, metric, schedule_event, settle
+from tests.helpers import NOW, entry, external_hpa, loaded_engine, metric, schedule_event, settle
 
 HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, True)
 
 
 def hpa(name: str, resource: str, behavior: dict | None = None, target_type: str = "AverageValue") -> dict[str, Any]:
-    field = "averageValue" if target_type == "AverageValue" else "value"
-    spec: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": resource},
-        "maxReplicas": 50,
-        "metrics": [
-            {
-                "type": "External",
-                "external": {
-                    "metric": {"name": "rps", "selector": {"matchLabels": {"resource": resource}}},
-                    "target": {"type": target_type, field: "10"},
-                },
-            }
-        ],
-    }
-    if behavior is not None:
-        spec["behavior"] = behavior
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": "shop"},
-        "spec": spec,
-    }
+    return external_hpa(name, "shop", resource, behavior, max_replicas=50, target_type=target_type)
 
 
 def test_bands_from_hpa_objects() -> None:

@@ -19,31 +19,11 @@ from adapter.store.leadtime import (
     ramp_seconds,
 )
 from tests.fakekube import FakeKube, ResourceType
+from tests.helpers import external_hpa
 
 
 def hpa(behavior: dict | None = None, max_replicas: int = 40) -> dict:
-    spec = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-        "minReplicas": 1,
-        "maxReplicas": max_replicas,
-        "metrics": [
-            {
-                "type": "External",
-                "external": {
-                    "metric": {"name": "rps", "selector": {"matchLabels": {"resource": "web"}}},
-                    "target": {"type": "AverageValue", "averageValue": "10"},
-                },
-            }
-        ],
-    }
-    if behavior is not None:
-        spec["behavior"] = behavior
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "web", "namespace": "shop"},
-        "spec": spec,
-    }
+    return external_hpa(behavior=behavior, max_replicas=max_replicas)
 
 
 ONE_POD_A_MINUTE = {
