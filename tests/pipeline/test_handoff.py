@@ -57,6 +57,42 @@ def test_a_long_job_lets_the_loop_run_between_pieces_and_keeps_order() -> None:
     assert ticks >= 5  # other tasks ran between the pieces
 
 
+def test_after_each_piece_the_loop_runs_other_work_as_long_as_the_piece_took() -> None:
+    """A request takes several turns of the loop (read, parse, run the app, write): one turn between
+    pieces was not enough for it. Each piece here burns 2 ms; between two pieces a coroutine that
+    only yields must get many turns, not one."""
+
+    async def scenario() -> list[int]:
+        handoff = LoopHandOff(piece_seconds=0.0)  # every step its own piece
+        handoff.attach(asyncio.get_running_loop())
+        ticks = 0
+        at_piece: list[int] = []
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+
+        def slow() -> None:
+            at_piece.append(ticks)
+            busy_until = asyncio.get_running_loop().time() + 0.002
+            while asyncio.get_running_loop().time() < busy_until:
+                pass
+
+        handoff.call_in_pieces([slow for _ in range(7)])
+        while handoff.pending:
+            await asyncio.sleep(0)
+        task.cancel()
+        return [b - a for a, b in zip(at_piece, at_piece[1:])]
+
+    gaps = sorted(run(scenario()))
+    assert gaps[len(gaps) // 2] >= 20, gaps  # one turn between pieces would give 1 or 2
+
+
 def test_a_failing_step_is_logged_and_the_job_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> list[int]:
         handoff = LoopHandOff(piece_seconds=0.0)  # every step its own piece
