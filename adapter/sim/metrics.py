@@ -28,7 +28,7 @@ from adapter.items import Item, dedupe
 from adapter.pipeline.contributions import Contributions, EntryPlan, compile_entries, compute_contributions
 from adapter.pipeline.deadband import ToleranceSteps
 from adapter.pipeline.publish import EMPTY, EventFeed, build_published
-from adapter.pipeline.query import values_over
+from adapter.pipeline.query import TargetValue, values_over
 from adapter.quantity import format_milli
 from adapter.resources import VirtualMetric, VirtualMetricEvent
 from adapter.sim.controller import PodsReading, Reading
@@ -132,24 +132,14 @@ class SteppedFeed(Feed):
             return None  # a failed fetch stays one
         band = band_for(self.hpa, self.name, self.resource, ready + unready, spec, ready)
         self.steps.lookup = lambda metric, namespace, resource: band
-        item = _Item(self.resource, self.hpa.namespace, v)
+        item = TargetValue(self.resource, self.hpa.namespace, {"resource": self.resource}, v)
         (out,), _ = self.steps.apply((item,), self.vm)
         self.served[k] = out.value
         self.stepped += out.value != v
         return served_milli(out.value)
 
     def value(self, k: int, ready: int) -> float | None:
-        v = self.served[k]
-        return v if v is not None else None
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One item of an answer, as adapter.pipeline.query.TargetValue has it (name, namespace, value)."""
-
-    name: str
-    namespace: str
-    value: float
+        return self.served[k]
 
 
 # ---------------------------------------------------------------- prescaler manifests
