@@ -57,6 +57,10 @@ class EventFeed:
             out.setdefault((metric, namespace), set()).add(resource)
         return {partition: frozenset(resources) for partition, resources in out.items()}
 
+    def knows_touches(self) -> bool:
+        """`touches` is worked out already (a cached_property keeps its value in the instance)."""
+        return "touches" in self.__dict__
+
 
 class Target(NamedTuple):
     """One served target. A named tuple: a snapshot of one source rebuilds a thousand of these, and

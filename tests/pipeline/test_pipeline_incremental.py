@@ -127,6 +127,39 @@ def test_key_level_updates_equal_a_full_rebuild_over_random_changes() -> None:
             assert answers(published) == answers(full), f"trial {trial} step {step}"
 
 
+def test_a_stepped_update_publishes_nothing_until_done_and_equals_the_update_in_one_go(monkeypatch) -> None:
+    import adapter.pipeline.incremental as incremental
+
+    rng = random.Random(5)
+    feeds = {f"ev-{i}": random_feed(rng, f"ev-{i}", None) for i in range(6)}
+    before = build_published(METRICS, [feeds[n] for n in sorted(feeds)], NOW)
+    renewed = {n: EventFeed(n, f.labels, f.entries, random_contributions(rng, f.entries)) for n, f in feeds.items()}
+    changed: dict = {}
+    for name in renewed:
+        for m, ns, r in feeds[name].contributions.keys() | renewed[name].contributions.keys():
+            changed.setdefault((m, ns), set()).add(r)
+    in_one_go, _ = update_targets(before, METRICS, renewed, changed, set(renewed), NOW + 1)
+
+    # Fresh feeds (nothing worked out yet) and no time for anything: every event's targets are a
+    # step of their own, then each partition's contributions, timelines and targets.
+    fresh = {n: EventFeed(n, f.labels, f.entries, f.contributions) for n, f in renewed.items()}
+    monkeypatch.setattr(incremental, "STEP_SECONDS", -1.0)
+    steps = incremental.update_targets_in_steps(before, METRICS, fresh, changed, set(fresh), NOW + 1)
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            stepped, fallback = done.value
+            break
+        yields += 1
+    touched_partitions = [p for p in changed if p in before.partitions]
+    assert yields == len(fresh) + 2 * len(touched_partitions)
+    assert fallback == set()
+    assert answers(stepped) == answers(in_one_go)
+    assert answers(stepped) != answers(before)  # the changes are there, and only once it returned
+
+
 def test_untouched_targets_are_the_same_objects_and_a_new_partition_falls_back() -> None:
     rps = METRICS["rps"]
     plans = [EntryPlan(i, "rps", "a", f"svc-{i}", None, ONE) for i in range(4)]
