@@ -6,7 +6,7 @@ Verbosity (``--v``), as klog users expect it:
 0     prescaler warnings and errors only
 1-2   + prescaler's informational lines (the default is 1); libraries stay at warnings
 3     + prescaler debug lines and the HTTP access log
-4-5   + libraries' informational lines (uvicorn, httpx, kubernetes client)
+4-5   + libraries' informational lines (uvicorn, aiohttp, httpx, kubernetes client)
 >= 6  + libraries' debug lines
 ====  ==========================================================================================
 
@@ -37,6 +37,7 @@ LIBRARY_LOGGERS = (
     "uvicorn.asgi",
     "httpx",
     "httpcore",
+    "aiohttp",
     "kubernetes",
     "urllib3",
     "asyncio",

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import httpcore
-import httpx
+import aiohttp
+import aiohttp.abc
+import yarl
 
 from adapter.errors import SourceError, ValidationError
 from adapter.fields import expect_mapping, read_bool, read_number, read_string, reject_unknown
@@ -71,6 +72,8 @@ _EMBEDS_V4_LOW32 = (
 # decimal (getaddrinfo reads "0251.0376.0251.0376" as octal, "2852039166" as one integer).
 _NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*\.?$", re.IGNORECASE)
 
+# A body up to this size is parsed on the event loop (tens of microseconds); larger ones in the worker.
+SMALL_BODY_BYTES = 4096
 # How many requests all sources of one event loop may have in flight; more wait their turn.
 MAX_CONCURRENT_REQUESTS = 64
 # Content codings we decode; we ask for nothing else (Accept-Encoding) and refuse anything else.
@@ -167,9 +170,11 @@ def check_url(url: str, path: str) -> None:
             f"host {host!r} is a numeric IPv4 form other than dotted decimal "
             "(a.b.c.d); write the address in dotted decimal",
         )
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        raise ValidationError(path, "URL contains a control character")
     try:
-        httpx.URL(url)
-    except httpx.InvalidURL as exc:
+        yarl.URL(url)  # what the client will parse it with
+    except (ValueError, TypeError) as exc:
         raise ValidationError(path, f"invalid URL: {exc}") from None
 
 
@@ -352,12 +357,16 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
+class ResolveFailed(OSError):
+    """A host name that resolves to nothing (an OSError, as aiohttp expects of its resolvers)."""
+
+
 async def system_resolver(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise httpcore.ConnectError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+        raise ResolveFailed(f"cannot resolve host {host!r}: {exc.strerror}") from None
     addresses: list[str] = []
     for _family, _type, _proto, _canon, sockaddr in infos:
         if sockaddr[0] not in addresses:
@@ -365,70 +374,72 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return addresses
 
 
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Resolves the host itself, checks every address, then connects to a checked address."""
+def _check_host(host: str, allow_link_local: bool) -> None:
+    """Refuse a metadata host name or a forbidden IP literal before anything is resolved or sent
+    (aiohttp connects to an IP literal without asking the resolver)."""
+    if allow_link_local:
+        return
+    bare = host.strip("[]")
+    if bare.lower().rstrip(".") in METADATA_HOSTNAMES:
+        raise AddressRefused(f"host {bare} is a cloud metadata service")
+    reason = forbidden_reason(bare)
+    if reason:
+        raise AddressRefused(f"host {bare} resolves to {bare}, {reason}")
+
+
+class _GuardedResolver(aiohttp.abc.AbstractResolver):
+    """Resolves the host itself and checks every address; aiohttp then connects to exactly the
+    addresses returned here, so a second lookup (DNS rebinding) cannot change where it goes."""
 
     def __init__(self, allow_link_local: bool, resolver: Resolver):
-        self._inner = httpcore.AnyIOBackend()
         self._allow = allow_link_local
         self._resolver = resolver
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        if not self._allow and host.lower().rstrip(".") in METADATA_HOSTNAMES:
-            raise AddressRefused(f"host {host} is a cloud metadata service")
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[aiohttp.abc.ResolveResult]:
+        _check_host(host, self._allow)
         addresses = await self._resolver(host, port)
         if not addresses:
-            raise httpcore.ConnectError(f"host {host!r} resolved to no address")
+            raise ResolveFailed(f"host {host!r} resolved to no address")
         if not self._allow:
             for address in addresses:
                 reason = forbidden_reason(address)
                 if reason:
                     # Refuse when *any* address is forbidden: a name mixing them is suspicious.
                     raise AddressRefused(f"host {host} resolves to {address}, {reason}")
-        last_error: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout, OSError) as exc:
-                last_error = exc
-        assert last_error is not None
-        raise last_error
+        return [
+            {
+                "hostname": host,
+                "host": address,
+                "port": port,
+                "family": socket.AF_INET6 if ":" in address else socket.AF_INET,
+                "proto": 0,
+                "flags": socket.AI_NUMERICHOST,
+            }
+            for address in addresses
+        ]
 
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        raise AddressRefused("unix sockets are not supported")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    async def close(self) -> None:
+        pass
 
 
-class _GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport with our connection backend.
-
-    httpx does not take a network backend, so we build its pool ourselves after the normal setup;
-    request/response mapping and exception translation stay httpx's own. (`_pool` is the one private
-    name used; tests exercise this path, so an httpx change that breaks it fails loudly.)
-    """
-
-    def __init__(self, ssl_context: ssl.SSLContext, allow_link_local: bool, resolver: Resolver):
-        super().__init__(verify=ssl_context, trust_env=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=MAX_CONCURRENT_REQUESTS,
-            max_keepalive_connections=MAX_CONCURRENT_REQUESTS // 2,
-            keepalive_expiry=30.0,
-            network_backend=_GuardedBackend(allow_link_local, resolver),
-        )
+def _new_session(key: _PoolKey) -> aiohttp.ClientSession:
+    """One pool of kept-alive connections for every source of a loop with these TLS settings."""
+    connector = aiohttp.TCPConnector(
+        ssl=make_ssl_context(key.tls),
+        limit=MAX_CONCURRENT_REQUESTS,
+        keepalive_timeout=30.0,
+        resolver=_GuardedResolver(key.allow_link_local, key.resolver),
+        use_dns_cache=False,  # every new connection resolves and checks again
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),  # sources share the pool: no cookie goes from one to another
+        auto_decompress=False,  # BoundedDecoder inflates, counting as it goes
+        trust_env=False,  # no proxy or .netrc from the environment
+        timeout=aiohttp.ClientTimeout(total=None),  # HttpClient.get keeps the one overall deadline
+    )
 
 
 @dataclass(frozen=True)
@@ -439,18 +450,16 @@ class _PoolKey:
 
 
 class _LoopPools:
-    """The shared clients of one event loop (httpx clients belong to the loop that made them)."""
+    """The shared sessions of one event loop (aiohttp sessions belong to the loop that made them)."""
 
     def __init__(self) -> None:
-        self.clients: dict[_PoolKey, tuple[httpx.AsyncClient, int]] = {}
+        self.clients: dict[_PoolKey, tuple[aiohttp.ClientSession, int]] = {}
         self.gate = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
 
-    def acquire(self, key: _PoolKey) -> httpx.AsyncClient:
+    def acquire(self, key: _PoolKey) -> aiohttp.ClientSession:
         client, users = self.clients.get(key, (None, 0))
         if client is None:
-            transport = _GuardedTransport(make_ssl_context(key.tls), key.allow_link_local, key.resolver)
-            # Redirects are not followed: they could move headers/credentials to another origin.
-            client = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+            client = _new_session(key)
         self.clients[key] = (client, users + 1)
         return client
 
@@ -460,7 +469,7 @@ class _LoopPools:
             self.clients[key] = (client, users - 1)
             return
         del self.clients[key]
-        await client.aclose()
+        await client.close()
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPools] = weakref.WeakKeyDictionary()
@@ -528,9 +537,9 @@ class HttpClient:
     ):
         self._key = _PoolKey(tls, allow_link_local, resolver)
         self._pools: _LoopPools | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
 
-    def _ensure(self) -> tuple[_LoopPools, httpx.AsyncClient]:
+    def _ensure(self) -> tuple[_LoopPools, aiohttp.ClientSession]:
         if self._client is None or self._pools is None:
             self._pools = _loop_pools()
             self._client = self._pools.acquire(self._key)
@@ -547,20 +556,19 @@ class HttpClient:
     ) -> HttpResponse:
         """GET `url`; the response body is read up to `max_bytes`. Any failure is a SourceError."""
         shown = safe_url(url)
-        pools, client = self._ensure()
         try:
+            pools, client = self._ensure()
             async with pools.gate, asyncio.timeout(timeout):
-                return await self._get(client, url, shown, max_bytes, timeout, headers, params)
+                _check_host(urlsplit(url).hostname or "", self._key.allow_link_local)
+                return await self._get(client, url, shown, max_bytes, headers, params)
         except TimeoutError:
             raise SourceError(f"GET {shown}: timed out after {timeout:g}s") from None
         except AddressRefused as exc:
             raise SourceError(f"GET {shown}: refused: {exc} (set allowLinkLocal: true to allow it)") from None
-        except httpx.TimeoutException:
-            raise SourceError(f"GET {shown}: timed out after {timeout:g}s") from None
-        except httpx.HTTPError as exc:
-            raise SourceError(f"GET {shown}: {_describe_http_error(exc)}") from None
-        except httpx.InvalidURL as exc:
-            raise SourceError(f"GET {shown}: invalid URL: {_short(str(exc))}") from None
+        except aiohttp.ClientError as exc:
+            raise SourceError(f"GET {shown}: {_describe_client_error(exc)}") from None
+        except ValueError as exc:  # yarl's and aiohttp's word for a URL or header they cannot send
+            raise SourceError(f"GET {shown}: invalid request: {_short(str(exc))}") from None
         except ssl.SSLError as exc:
             raise SourceError(f"GET {shown}: TLS error: {_short(str(exc))}") from None
         except OSError as exc:
@@ -568,34 +576,30 @@ class HttpClient:
 
     async def _get(
         self,
-        client: httpx.AsyncClient,
+        client: aiohttp.ClientSession,
         url: str,
         shown: str,
         max_bytes: int,
-        timeout: float,
         headers: Mapping[str, str] | None,
         params: Mapping[str, str] | None,
     ) -> HttpResponse:
         request_headers = {"Accept": "application/json, text/csv;q=0.9, */*;q=0.5", "Accept-Encoding": "gzip, deflate"}
         request_headers.update(headers or {})
-        async with client.stream(
-            "GET", url, headers=request_headers, params=params, timeout=httpx.Timeout(timeout)
-        ) as response:
+        async with client.get(url, headers=request_headers, params=params, allow_redirects=False) as response:
             declared = response.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > max_bytes:
                 raise SourceError(f"GET {shown}: response larger than {max_bytes} bytes (Content-Length {declared})")
-            decoder = BoundedDecoder(
-                response.headers.get_list("content-encoding", split_commas=True), max_bytes, f"GET {shown}"
-            )
+            codings = [c for value in response.headers.getall("content-encoding", ()) for c in value.split(",")]
+            decoder = BoundedDecoder(codings, max_bytes, f"GET {shown}")
             chunks: list[bytes] = []
-            # Raw (still encoded) bytes: httpx would inflate a whole network chunk at once.
-            async for raw in response.aiter_raw():
+            # Raw (still encoded) bytes as they arrive (auto_decompress is off).
+            async for raw in response.content.iter_any():
                 for piece in decoder.feed(raw):
                     chunks.append(piece)
                     await asyncio.sleep(0)  # inflating is CPU work: let the loop serve in between
             decoder.finish()
             return HttpResponse(
-                status=response.status_code,
+                status=response.status,
                 body=b"".join(chunks),
                 content_type=response.headers.get("content-type", ""),
                 url=shown,
@@ -617,7 +621,7 @@ class _Inflater:
     def feed(self, data: bytes) -> Iterator[bytes]:
         while True:
             if self._obj.eof:
-                return  # bytes after the end of the stream are ignored, as httpx does
+                return  # bytes after the end of the stream are ignored, as HTTP clients do
             try:
                 out = self._obj.decompress(data, _PIECE)
             except zlib.error:
@@ -697,25 +701,34 @@ async def get_document(
     extra_headers: Mapping[str, str] | None = None,
 ) -> T:
     """The one way sources load a document over HTTP: GET with the block's options and limits, then
-    `parse(response)` in a worker thread, so decoding a large body never blocks the event loop."""
+    `parse(response)` in a worker thread, so decoding a large body never blocks the event loop (a
+    body of at most SMALL_BODY_BYTES is parsed on the loop: faster than the hand-off to the thread)."""
     headers = resolve_headers(options.headers, context)
     headers.update(extra_headers or {})
     response = await client.get(
         url or options.url, timeout=timeout, max_bytes=options.max_response_bytes, headers=headers, params=params
     )
+    if len(response.body) <= SMALL_BODY_BYTES:
+        return parse(response)
     return await off_loop(parse, response)
 
 
-def _describe_http_error(exc: httpx.HTTPError) -> str:
+def _describe_client_error(exc: aiohttp.ClientError) -> str:
     cause: BaseException | None = exc
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):  # itself an ssl.CertificateError
+        cause = exc.certificate_error
     while cause is not None:
         if isinstance(cause, ssl.SSLCertVerificationError):
             return f"TLS verification failed: {_short(cause.verify_message or str(cause))}"
         if isinstance(cause, ssl.SSLError):
             return f"TLS error: {_short(str(cause))}"
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect: {_short(str(exc)) or 'connection failed'}"
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return f"protocol error: {_short(str(exc))}"
+        cause = getattr(cause, "os_error", None) or cause.__cause__ or cause.__context__
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"cannot connect: {_short(str(exc.os_error))}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect: {_short(exc.os_error.strerror or str(exc.os_error)) or 'connection failed'}"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return f"invalid URL: {_short(str(exc))}"
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        return f"protocol error: {_short(str(exc)) or type(exc).__name__}"
     return f"{type(exc).__name__}: {_short(str(exc))}" if str(exc) else type(exc).__name__

@@ -126,6 +126,15 @@ def test_metadata_ip_literal_is_refused_without_connecting():
         get("http://169.254.169.254/latest/meta-data/")
 
 
+@pytest.mark.parametrize("host", ["[::ffff:169.254.169.254]", "[fe80::1]", "169.254.10.1"])
+def test_forbidden_ip_literals_are_refused_without_resolving(host):
+    async def resolver(name: str, port: int) -> list[str]:
+        raise AssertionError("an IP literal is checked as written, not resolved")
+
+    with pytest.raises(SourceError, match=r"refused: .*(link-local|metadata).*allowLinkLocal"):
+        get(f"http://{host}/x", resolver=resolver)
+
+
 def test_metadata_hostname_is_refused_by_name():
     with pytest.raises(SourceError, match=r"metadata.google.internal is a cloud metadata service"):
         get("http://metadata.google.internal/computeMetadata/v1/")

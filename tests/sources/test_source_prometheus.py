@@ -12,6 +12,7 @@ import json
 import math
 import socket
 import time
+from urllib.parse import parse_qs
 
 import numpy as np
 import pytest
@@ -255,7 +256,7 @@ def test_auth_headers_and_query_parameters(tmp_path):
         assert list(result.warnings) == ['series {service="a"}: skipped sample inf']
         request = state.requests[-1]
         assert request["headers"]["Authorization"] == "Bearer file-token"
-        assert "query=sum%28rate%28x%7Ba%3D%22b%22%7D%5B5m%5D%29%29" in request["query"]
+        assert parse_qs(request["query"])["query"] == ['sum(rate(x{a="b"}[5m]))']  # encoded, then decoded intact
         assert "time=1000000000.500" in request["query"]
 
         fetch(

@@ -140,7 +140,9 @@ def test_item_limit_applies_while_reading():
         parse_items_document(body, "u")
 
 
-def test_item_documents_are_parsed_in_a_worker_thread(server, monkeypatch):
+def test_item_documents_are_parsed_in_a_worker_thread_unless_tiny(server, monkeypatch):
+    from adapter.sources.http import SMALL_BODY_BYTES
+
     threads: list[threading.Thread] = []
     real = api_module.parse_items_document
 
@@ -149,22 +151,29 @@ def test_item_documents_are_parsed_in_a_worker_thread(server, monkeypatch):
         return real(body, where)
 
     monkeypatch.setattr(api_module, "parse_items_document", spy)
-    server.routes["/m"] = (200, "application/json", json.dumps({"items": []}).encode())
-    source = ApiSource(
-        ApiSource.parse_config({"url": server.base_url + "/m"}, "spec.source.api"),
-        CommonSourceSettings(),
-        SourceContext(),
-    )
+    item = {"start": T0, "end": T0 + 60, "values": {"n": 1}}
+    large = json.dumps({"items": [item] * 200}).encode()
+    assert len(large) > SMALL_BODY_BYTES
+    server.routes["/large"] = (200, "application/json", large)
+    server.routes["/tiny"] = (200, "application/json", json.dumps({"items": [item]}).encode())
 
-    async def run() -> threading.Thread:
+    async def run(path: str) -> threading.Thread:
+        source = ApiSource(
+            ApiSource.parse_config({"url": server.base_url + path}, "spec.source.api"),
+            CommonSourceSettings(),
+            SourceContext(),
+        )
         try:
             await source.fetch(T0)
         finally:
             await source.close()
         return threading.current_thread()
 
-    loop_thread = asyncio.run(run())
+    loop_thread = asyncio.run(run("/large"))
     assert len(threads) == 1 and threads[0] is not loop_thread
+    # A body of a few items parses faster than the hand-off to the worker takes: on the loop.
+    loop_thread = asyncio.run(run("/tiny"))
+    assert len(threads) == 2 and threads[1] is loop_thread
 
 
 def schedule(block: dict, context: SourceContext) -> ScheduleSource:
