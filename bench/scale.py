@@ -241,10 +241,24 @@ def start_bare(body: bytes, work: Path) -> tuple[subprocess.Popen, int]:
     raise SystemExit("the bare app did not start")
 
 
-def load(port: int, args: argparse.Namespace) -> dict[str, float]:
+def steal_jiffies() -> tuple[int, int]:
+    """(stolen, total) CPU jiffies of the machine so far: time the hypervisor gave to someone else."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[7] if len(fields) > 7 else 0, sum(fields)
+
+
+def load(port: int, args: argparse.Namespace, pid: int) -> dict[str, float]:
+    """wrk's figures, plus the server's CPU time per request (user + system, all its threads: what a
+    request costs it, whatever else the machine did meanwhile) and the share of the machine's time
+    stolen by the hypervisor during the run."""
     url = f"https://127.0.0.1:{port}{value_path('svc-0')}"
     wrk(url, 1, args.connections)  # warm-up: TLS sessions, caches
-    return wrk(url, args.duration, args.connections)
+    cpu0, (stolen0, total0) = cpu_seconds(pid), steal_jiffies()
+    result = wrk(url, args.duration, args.connections)
+    stolen1, total1 = steal_jiffies()
+    result["cpu_us"] = (cpu_seconds(pid) - cpu0) / max(1.0, result["rps"] * args.duration) * 1e6
+    result["steal"] = (stolen1 - stolen0) / max(1, total1 - total0)
+    return result
 
 
 def median(values: list[float]) -> float:
@@ -351,6 +365,7 @@ def main() -> None:
     items_proc, items_port = start_items_server(args.change_every)
     procs: list[subprocess.Popen] = [items_proc]
     ports: dict[str, int] = {}
+    pids: dict[str, int] = {}
     starts: dict[int, tuple[float, float]] = {}
     # rows[name] -> one result per round
     rows: dict[str, list[dict[str, float]]] = {}
@@ -365,10 +380,12 @@ def main() -> None:
             procs.append(proc)
             large_proc = proc
             ports[f"prescaler, {targets:,} targets"] = port
+            pids[f"prescaler, {targets:,} targets"] = proc.pid
             starts[targets] = (first, last)
             if targets == 10:
                 body = httpx.get(f"https://127.0.0.1:{port}{value_path('svc-0')}", verify=False).content
                 bare_proc, ports["bare"] = start_bare(body, work)
+                pids["bare"] = bare_proc.pid
                 procs.append(bare_proc)
         small, large = "prescaler, 10 targets", f"prescaler, {args.targets:,} targets"
         for _ in range(args.rounds):
@@ -376,12 +393,12 @@ def main() -> None:
             set_mode(items_port, "steady")
             time.sleep(args.interval + 1.0)  # the last changed snapshot is published
             for name in ("bare", small, large):
-                rows.setdefault(f"{name}, steady", []).append(load(ports[name], args))
+                rows.setdefault(f"{name}, steady", []).append(load(ports[name], args, pids[name]))
             # Delivering: every poll of every source brings changed values.
             set_mode(items_port, "changing")
             time.sleep(args.interval + 1.0)  # past the switch (every source changes once then)
             cpu0, wall0 = cpu_seconds(large_proc.pid), time.time()
-            rows.setdefault(f"{large}, delivering", []).append(load(ports[large], args))
+            rows.setdefault(f"{large}, delivering", []).append(load(ports[large], args, pids[large]))
             cpu_share.append((cpu_seconds(large_proc.pid) - cpu0) / (time.time() - wall0))
     finally:
         for proc in reversed(procs):
@@ -395,11 +412,17 @@ def main() -> None:
             "p99": median([r["p99"] for r in runs]),
             "p99 worst": max(r["p99"] for r in runs),
             "non2xx": sum(r["non2xx"] for r in runs),
+            "cpu_us": median([r["cpu_us"] for r in runs]),
+            "steal": max(r["steal"] for r in runs),
         }
 
     def ratio(name: str, reference: str) -> float:
         """Median over rounds of time per request relative to `reference` in the same round."""
         return median([ref["rps"] / r["rps"] for r, ref in zip(rows[name], rows[reference])])
+
+    def cpu_ratio(name: str, reference: str) -> float:
+        """Median over rounds of the server's CPU time per request relative to `reference`'s."""
+        return median([r["cpu_us"] / ref["cpu_us"] for r, ref in zip(rows[name], rows[reference])])
 
     print(
         f"wrk -t1 -c{args.connections} -d{args.duration}s over TLS, GET {value_path('svc-0')}; "
@@ -411,16 +434,26 @@ def main() -> None:
         f"{args.targets / PER_EVENT / args.interval / args.change_every:.1f} new snapshots/s "
         f"({PER_EVENT:,} targets each)"
     )
-    print(f"{'server':<48} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'worst':>7} {'x bare':>7} {'x 10':>6}")
+    print(
+        f"{'server':<48} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'worst':>7} {'x bare':>7} {'x 10':>6}"
+        f" {'CPU us/req':>10} {'x 10':>6}"
+    )
     for name in ("bare, steady", f"{small}, steady", f"{large}, steady", f"{large}, delivering"):
         r = summary(name)
         label = "bare ASGI app (same uvicorn + TLS, same bytes)" if name.startswith("bare") else name
-        to_small = f"{ratio(name, small + ', steady'):>6.2f}" if not name.startswith("bare") else f"{'':>6}"
+        bare = name.startswith("bare")
+        to_small = f"{ratio(name, small + ', steady'):>6.2f}" if not bare else f"{'':>6}"
+        cpu_to_small = f"{cpu_ratio(name, small + ', steady'):>6.2f}" if not bare else f"{'':>6}"
         print(
             f"{label:<48} {r['rps']:>7.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} {r['p99 worst']:>7.2f} "
             f"{ratio(name, 'bare, steady'):>7.2f} "
-            f"{to_small}" + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else "")
+            f"{to_small} {r['cpu_us']:>10.0f} {cpu_to_small}" + (f"  non-2xx {r['non2xx']:.0f}" if r["non2xx"] else "")
         )
+    print(
+        "x 10: time per request (req/s) and server CPU per request, each relative to the 10-target server "
+        "in the same round, median over rounds; the most CPU time stolen by the hypervisor in any run: "
+        f"{max(summary(n)['steal'] for n in rows) * 100:.1f}%"
+    )
     for targets, (first, last) in starts.items():
         print(
             f"start with {targets:,} targets: first value served after {first:.1f} s, "
@@ -434,11 +467,15 @@ def main() -> None:
         ratio(f"{large}, steady", f"{small}, steady"),
         ratio(f"{large}, delivering", f"{small}, steady"),
     )
+    cpu_steady, cpu_delivering = (
+        cpu_ratio(f"{large}, steady", f"{small}, steady"),
+        cpu_ratio(f"{large}, delivering", f"{small}, steady"),
+    )
     p99 = max(summary(n)["p99"] for n in rows if not n.startswith("bare"))
     worst_p99 = max(summary(n)["p99 worst"] for n in rows if not n.startswith("bare"))
     print(
-        f"goals: {args.targets:,} vs 10 targets <= 1.2x: steady {steady:.2f}x, while delivering "
-        f"{delivering:.2f}x; p99 <= 10 ms: {p99:.2f} ms (the highest median over rounds; the worst single "
+        f"goals: {args.targets:,} vs 10 targets <= 1.2x: steady {steady:.2f}x (CPU {cpu_steady:.2f}x), while "
+        f"delivering {delivering:.2f}x (CPU {cpu_delivering:.2f}x); p99 <= 10 ms: {p99:.2f} ms (the highest median over rounds; the worst single "
         f"round {worst_p99:.2f} ms); first value <= 5 s: "
         f"{starts[args.targets][0]:.1f} s"
     )
