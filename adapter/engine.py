@@ -27,7 +27,7 @@ from adapter.pipeline import objects
 from adapter.pipeline.deadband import ToleranceSteps
 from adapter.pipeline.leadtime import LeadTimes, apply_learned_leads
 from adapter.pipeline.notices import Notices, StartupGate
-from adapter.pipeline.objects import MetricNames
+from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import Published
 from adapter.pipeline.query import MetricNotFound, Outcome, Values, query
@@ -177,11 +177,12 @@ class Engine:
             sum(1 for _, e in events if e.error),
         )
         unknown = self.notices.unknown_targets_now(self.published)
+        defined = resolve_metric_names(self.metrics.values()).served.keys()
         yield all_statuses(self.metrics, {}, self.published, now, self.lead_times, unknown, self.tolerance_steps)
         for piece in (dict(events[i : i + STATUS_PIECE]) for i in range(0, len(events), STATUS_PIECE)):
             for name, state in piece.items():
                 obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
-            self.notices.warn_once(piece, self.published)  # logs new problems once
+            self.notices.warn_once(piece, defined)  # logs new problems once
             yield all_statuses({}, piece, self.published, now)
         self.notices.forget_gone(self.events.keys())
 

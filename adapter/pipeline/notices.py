@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from adapter.pipeline.objects import EventState
 from adapter.pipeline.publish import Published
@@ -105,12 +105,14 @@ class Notices:
                 out[metric] = list(targets)
         return out
 
-    def warn_once(self, events: Mapping[str, EventState], published: Published) -> None:
-        """Log each event's non-fatal problems once (nothing is rejected for them)."""
+    def warn_once(self, events: Mapping[str, EventState], defined: Collection[str]) -> None:
+        """Log each event's non-fatal problems once (nothing is rejected for them). `defined`: the
+        metric names loaded VirtualMetrics serve now (not the published snapshot's: before the
+        first publication ends it has none, and every event was warned about its metric)."""
         for name, state in events.items():
             warnings = set()
             if state.vme is not None and state.error is None:
-                for metric in sorted(state.metric_names - published.metrics.keys()):
+                for metric in sorted(state.metric_names.difference(defined)):
                     warnings.add(f"names metric {metric!r}, which no VirtualMetric defines: it contributes nothing")
                 warnings.update(f"no HPA can query target {t}" for t in state.unreachable)
             new = frozenset(warnings)

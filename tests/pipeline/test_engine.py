@@ -403,3 +403,35 @@ def test_ready_only_once_every_source_finished_its_first_fetch(announcer: Announ
     assert before_start is False and ready is True
     assert states and states[0] is False  # it was not ready while the fetch was pending
     assert isinstance(answer, Values) and [v.value for v in answer.values] == [10.0]
+
+
+def test_no_false_undefined_metric_warning_before_the_first_publication(caplog) -> None:
+    """A status refresh that runs while the first snapshot is still being built (a large install
+    at start) must not warn that an event's metric is undefined: its VirtualMetric is loaded."""
+    import asyncio
+    import logging
+
+    from adapter.engine import Engine
+
+    async def go() -> None:
+        engine = Engine(clock=lambda: NOW, start_sources=False)
+        await engine.start()
+        engine.resync("VirtualMetric", [metric("rps")])
+        items = [{"start": NOW, "end": NOW + 600, "values": {"scheduledMessage": 1}}]
+        engine.resync(
+            "VirtualMetricEvent",
+            [
+                schedule_event("known", items, [entry("ns", "web", "scheduledMessage")]),
+                schedule_event("typo", items, [{**entry("ns", "web", "scheduledMessage"), "name": "rsp"}]),
+            ],
+        )
+        assert not engine.published.metrics  # nothing published yet
+        with caplog.at_level(logging.WARNING, logger="prescaler.engine"):
+            engine.statuses()
+        await engine.stop()
+
+    asyncio.run(go())
+    warned = [r.getMessage() for r in caplog.records if "which no VirtualMetric defines" in r.getMessage()]
+    assert warned == [
+        "VirtualMetricEvent typo: names metric 'rsp', which no VirtualMetric defines: it contributes nothing"
+    ]
