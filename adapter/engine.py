@@ -55,7 +55,9 @@ class Engine:
         self.start_sources = start_sources
         self.table = objects.ObjectTable(self.context)
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
-        self._handoff = LoopHandOff()  # store and watcher threads call in; state changes on the loop only
+        # Store and watcher threads call in; state changes on the loop only. Until the first snapshot
+        # with a metric is published there is nothing to serve, and long jobs pause less.
+        self._handoff = LoopHandOff(serving=lambda: bool(self.published.metrics))
         self.status = StatusBoard(self.statuses, pieces=self.status_pieces)
         self.publisher = Publisher(self.table, clock, self._handoff, self.status.changed, rebuild_delay, snapshot_delay)
         self._synced_kinds: set[str] = set()

@@ -38,9 +38,13 @@ Around = Callable[[], AbstractContextManager[object]]  # what each piece of a jo
 
 
 class LoopHandOff:
-    def __init__(self, piece_seconds: float = PIECE_SECONDS) -> None:
+    def __init__(self, piece_seconds: float = PIECE_SECONDS, serving: Callable[[], bool] = lambda: True) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.piece_seconds = piece_seconds
+        # False while there is nothing to serve yet (the first list of objects at start): then a
+        # job pauses only MIN_PAUSE_SECONDS between pieces; a query has no value to wait for, and
+        # pausing as long as each piece doubled the time to the first value.
+        self.serving = serving
         self._thread: int | None = None
         self._pending: list[Callable[[], None]] = []  # before the loop is attached
         # Unfinished jobs, in order (loop thread only): their steps left, and what a piece runs inside.
@@ -110,7 +114,8 @@ class LoopHandOff:
             with around():
                 finished = self._run_until(steps, deadline)
             if not finished:
-                self._schedule(pause_after(time.perf_counter() - started))
+                spent = time.perf_counter() - started
+                self._schedule(pause_after(spent) if self.serving() else MIN_PAUSE_SECONDS)
                 return
             self._jobs.popleft()
 

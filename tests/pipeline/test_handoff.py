@@ -93,6 +93,42 @@ def test_after_each_piece_the_loop_runs_other_work_as_long_as_the_piece_took() -
     assert gaps[len(gaps) // 2] >= 20, gaps  # one turn between pieces would give 1 or 2
 
 
+@pytest.mark.parametrize("serving", [True, False])
+def test_before_anything_is_served_a_job_pauses_only_briefly_between_pieces(serving: bool) -> None:
+    """At start (nothing published yet) no query waits for a value, so a long job (the first list of
+    objects) pauses MIN_PAUSE_SECONDS between pieces instead of as long as each piece took."""
+    from adapter.handoff import MIN_PAUSE_SECONDS
+
+    async def scenario() -> list[float]:
+        handoff = LoopHandOff(piece_seconds=0.0, serving=lambda: serving)
+        handoff.attach(asyncio.get_running_loop())
+        pauses: list[float] = []
+        schedule = handoff._schedule
+
+        def recording(pause: float) -> None:
+            pauses.append(pause)
+            schedule(pause)
+
+        handoff._schedule = recording  # type: ignore[method-assign]
+
+        def slow() -> None:
+            busy_until = asyncio.get_running_loop().time() + 0.003
+            while asyncio.get_running_loop().time() < busy_until:
+                pass
+
+        handoff.call_in_pieces([slow for _ in range(4)])
+        while handoff.pending:
+            await asyncio.sleep(0)
+        return pauses
+
+    pauses = run(scenario())
+    assert len(pauses) >= 3
+    if serving:
+        assert min(pauses) >= 0.003  # as long as the piece took
+    else:
+        assert pauses == [MIN_PAUSE_SECONDS] * len(pauses)
+
+
 def test_a_failing_step_is_logged_and_the_job_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> list[int]:
         handoff = LoopHandOff(piece_seconds=0.0)  # every step its own piece
