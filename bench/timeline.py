@@ -153,12 +153,12 @@ async def loaded_engine(n_targets: int, items_per_source: int) -> Engine:
     return engine
 
 
-async def until_idle(engine: Engine, timeout: float = 300.0) -> None:
+async def until_idle(engine: Engine, timeout: float = 300.0, poll: float = 0.001) -> None:
     deadline = time.monotonic() + timeout
     while engine.busy:
         if time.monotonic() > deadline:
             raise SystemExit("the engine did not publish in time")
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(poll)
 
 
 def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, compare: bool = False) -> None:
@@ -167,7 +167,8 @@ def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, comp
     async def go() -> None:
         engine = await loaded_engine(n_targets, items_per_source)
         contributions = n_targets * items_per_source
-        latencies = []
+        latencies: list[float] = []
+        whole: list[float] = []  # until every target of the snapshot is served (the last piece)
         for round_ in range(20):
             name = f"ev-{round_ % len(engine.events)}"
             before = engine.published
@@ -177,7 +178,8 @@ def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, comp
             while engine.published is before and time.perf_counter() < deadline:
                 await asyncio.sleep(0.0005)
             latencies.append(time.perf_counter() - started)
-            await until_idle(engine)
+            await until_idle(engine, poll=0.0005)
+            whole.append(time.perf_counter() - started)
         feeds = engine.table.feeds()
         metrics = engine.names.served
         gc.collect()
@@ -206,8 +208,9 @@ def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, comp
         )
         print(
             f"  one source's new snapshot ({min(n_targets, 1000):,} targets, "
-            f"{min(n_targets, 1000) * items_per_source:,} contributions) -> new values served: median "
-            f"{statistics.median(latencies) * 1000:.1f} ms, worst {max(latencies) * 1000:.1f} ms of 20 "
+            f"{min(n_targets, 1000) * items_per_source:,} contributions) -> its first new values served: "
+            f"median {statistics.median(latencies) * 1000:.1f} ms, worst {max(latencies) * 1000:.1f} ms of 20; "
+            f"all of them: median {statistics.median(whole) * 1000:.1f} ms, worst {max(whole) * 1000:.1f} ms "
             f"(goal <= 50 ms)"
         )
         print(
