@@ -435,3 +435,33 @@ def test_no_false_undefined_metric_warning_before_the_first_publication(caplog) 
     assert warned == [
         "VirtualMetricEvent typo: names metric 'rsp', which no VirtualMetric defines: it contributes nothing"
     ]
+
+
+def test_a_target_queried_before_the_events_are_loaded_is_not_reported_as_unknown(caplog) -> None:
+    """In cluster mode the VirtualMetrics' list arrives before the events': an HPA's query in
+    between names a target an event will feed. Reported only once everything is loaded."""
+    import asyncio
+    import logging
+
+    from adapter.engine import Engine
+
+    async def go() -> tuple[list[str], list[str]]:
+        engine = Engine(clock=lambda: NOW, start_sources=False)
+        await engine.start()
+        with caplog.at_level(logging.WARNING, logger="prescaler.engine"):
+            engine.resync("VirtualMetric", [metric("rps")])
+            await settle(engine)
+            engine.query("rps", "ns", parse_selector("resource=web"))  # the events are not listed yet
+            items = [{"start": NOW, "end": NOW + 600, "values": {"n": 1}}]
+            engine.resync("VirtualMetricEvent", [schedule_event("e", items, [entry("ns", "web", "n")])])
+            await settle(engine)
+            await fetch_all(engine)
+            engine.query("rps", "ns", parse_selector("resource=web"))
+            engine.query("rps", "ns", parse_selector("resource=wbe"))  # a typo: reported
+        unknown = engine.notices.unknown_targets_now(engine.published).get("rps", [])
+        await engine.stop()
+        return unknown, [r.getMessage() for r in caplog.records if "feeds it" in r.getMessage()]
+
+    unknown, warned = asyncio.run(go())
+    assert unknown == ["ns/wbe"]
+    assert len(warned) == 1 and "ns/wbe" in warned[0]
