@@ -1,0 +1,127 @@
+"""Fast start in cluster mode: 100 000 targets from the initial list of a real control plane.
+
+    .venv/bin/python bench/cluster_start.py [--targets 100000] [--runs 2]
+
+Starts the real control plane `make e2e` builds (etcd, kube-apiserver with its aggregator,
+kube-controller-manager; built once and cached), installs prescaler as the end-to-end tests do (CRDs,
+RBAC, the APIService with the caBundle `prescaler certs` writes), applies the VirtualMetric and the
+VirtualMetricEvents of bench/scale.py (100 events of 1 000 targets, one `api` source each, a local
+items server), then starts `prescaler serve` in cluster mode (a local process with a ServiceAccount
+token) and prints how long after the process started its first value and the last target's value
+were served through the aggregator (`kubectl get --raw`, as the HPA controller's path). Goal: <= 5 s,
+as from manifests (bench/scale.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from scale import PER_EVENT, set_mode, start_items_server, stop, write_manifests  # noqa: E402
+
+from tests.e2e.controlplane import ControlPlane, build_binaries  # noqa: E402
+from tests.e2e.support import NAMESPACE, V1, PrescalerProcess, apiservice_available, wait_for  # noqa: E402
+from tests.helpers import free_port  # noqa: E402
+
+
+def install(plane: ControlPlane, certs: Path) -> int:
+    """CRDs, namespace, RBAC and the APIService pointing at a local port (as tests/e2e/conftest.py)."""
+    import yaml
+
+    subprocess.run(
+        [sys.executable, "-m", "adapter.cli", "certs", "--service", "prescaler", "--namespace", NAMESPACE]
+        + ["--out", str(certs)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy/crds/"))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    for manifest in ("deploy/namespace.yaml", "deploy/rbac.yaml", "apiservice/auth-delegator.yaml"):
+        plane.kubectl("apply", "-f", str(ROOT / manifest))
+    for manifest in ("apiservice/auth-reader.yaml", "apiservice/hpa-external-metrics-reader.yaml"):
+        plane.kubectl("apply", "-f", str(ROOT / manifest))
+    port = free_port()
+    plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "prescaler", "namespace": NAMESPACE},
+            "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
+        }
+    )
+    apiservice = yaml.safe_load((certs / "apiservice.yaml").read_text())
+    apiservice["spec"]["service"]["port"] = port
+    plane.apply(apiservice)
+    return port
+
+
+def served(plane: ControlPlane, resource: str) -> bool:
+    result = plane.kubectl(
+        "get", "--raw", f"{V1}/namespaces/bench/rps?labelSelector=resource%3D{resource}", check=False, timeout=10
+    )
+    if result.returncode != 0:
+        return False
+    items = json.loads(result.stdout)["items"]
+    return bool(items) and items[0]["value"] not in ("0", "0m")
+
+
+def seconds_until(check: Callable[[], bool], since: float, what: str) -> float:
+    wait_for(check, 120, what, interval=0.05)
+    return time.monotonic() - since
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--targets", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=2, help="prescaler starts, one after the other")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="prescaler-cluster-start-"))
+    plane = ControlPlane(build_binaries(), work).start()
+    items_proc, items_port = start_items_server()
+    try:
+        port = install(plane, work / "certs")
+        manifests = work / "manifests"
+        manifests.mkdir()
+        write_manifests(manifests, args.targets, items_port, 5.0)
+        set_mode(items_port, "steady")
+        started = time.monotonic()
+        plane.kubectl("apply", "--server-side", "-f", str(manifests), timeout=600)
+        print(
+            f"{args.targets:,} targets = {args.targets // PER_EVENT} VirtualMetricEvents applied to the real "
+            f"kube-apiserver in {time.monotonic() - started:.1f} s"
+        )
+        token = plane.service_account_token(NAMESPACE, "prescaler")
+        for run in range(args.runs):
+            server = PrescalerProcess(plane, work / "certs", f"prescaler-{run}", token, port=port)
+            t0 = time.monotonic()
+            server.process.start()
+            first = seconds_until(lambda: served(plane, "svc-0"), t0, "the first value")
+            last = seconds_until(lambda: served(plane, f"svc-{args.targets - 1}"), t0, "the last target's value")
+            assert apiservice_available(plane)
+            print(
+                f"run {run + 1}: cluster mode, {args.targets:,} targets from the initial list: first value "
+                f"served through the aggregator {first:.1f} s after the process started, the last target's "
+                f"{last:.1f} s (goal <= 5 s)"
+            )
+            server.stop()
+            time.sleep(2)
+    finally:
+        stop(items_proc)
+        plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
