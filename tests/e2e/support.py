@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from tests.e2e.controlplane import ROOT, ControlPlane, Process, write_kubeconfig
 from tests.helpers import free_port
@@ -104,6 +105,61 @@ class PrescalerProcess:
 
     def running(self) -> bool:
         return self.process.running()
+
+
+def write_certs(plane: ControlPlane) -> Path:
+    """What users run: `prescaler certs` writes the CA, the serving certificate and the APIService."""
+    out = plane.workdir / "prescaler-certs"
+    subprocess.run(
+        [
+            str(Path(sysconfig.get_path("scripts")) / "prescaler"),
+            "certs",
+            "--service",
+            "prescaler",
+            "--namespace",
+            NAMESPACE,
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return out
+
+
+def install(plane: ControlPlane, certs: Path) -> int:
+    """The user's install (CRDs, namespace, RBAC, APIService with caBundle); returns the port the
+    APIService sends to (prescaler runs as a local process behind an ExternalName Service)."""
+    # Server-side apply: the CRDs are too large for client-side apply's last-applied annotation.
+    plane.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy/crds/"))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    for manifest in (
+        "deploy/namespace.yaml",
+        "deploy/rbac.yaml",
+        "apiservice/auth-delegator.yaml",
+        "apiservice/auth-reader.yaml",
+        "apiservice/hpa-external-metrics-reader.yaml",
+    ):
+        plane.kubectl("apply", "-f", str(ROOT / manifest))
+    port = free_port()
+    plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "prescaler", "namespace": NAMESPACE},
+            "spec": {"type": "ExternalName", "externalName": "127.0.0.1"},
+        }
+    )
+    # apiservice/apiservice.yaml with the caBundle `prescaler certs` computed (its own apiservice.yaml
+    # must register the same thing), and the local process's port instead of the Service's 443.
+    apiservice = yaml.safe_load((ROOT / "apiservice/apiservice.yaml").read_text())
+    generated = yaml.safe_load((certs / "apiservice.yaml").read_text())
+    assert {**apiservice["spec"], "caBundle": generated["spec"]["caBundle"]} == generated["spec"]
+    apiservice["spec"]["caBundle"] = generated["spec"]["caBundle"]
+    apiservice["spec"]["service"]["port"] = port
+    plane.apply(apiservice)
+    return port
 
 
 def apiservice_available(plane: ControlPlane) -> bool:

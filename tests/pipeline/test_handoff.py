@@ -16,6 +16,37 @@ from tests.helpers import entry, metric, run, schedule_event, settle
 NOW = 1_900_000_000.0
 
 
+def burn(seconds: float) -> None:
+    """A step of CPU work that holds the loop for `seconds`."""
+    busy_until = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < busy_until:
+        pass
+
+
+class LoopTurns:
+    """Counts the turns of the loop a coroutine that only yields gets (what a request needs)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls) -> LoopTurns:
+        turns = cls()
+        turns._task = asyncio.create_task(turns._run())
+        await asyncio.sleep(0)
+        return turns
+
+    async def _run(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0)
+
+    def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
 def calendar(index: int) -> dict:
     items = [{"start": NOW - 60, "end": NOW + 3600, "values": {"n": index}}]
     return schedule_event(f"cal-{index}", items, [entry("ns", f"target-{index}", "n")])
@@ -26,31 +57,20 @@ def test_a_long_job_lets_the_loop_run_between_pieces_and_keeps_order() -> None:
         handoff = LoopHandOff(piece_seconds=0.001)
         handoff.attach(asyncio.get_running_loop())
         seen: list[str] = []
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
+        turns = await LoopTurns.start()
 
         def slow(label: str) -> None:
             seen.append(label)
-            busy_until = asyncio.get_running_loop().time() + 0.0005
-            while asyncio.get_running_loop().time() < busy_until:
-                pass
+            burn(0.0005)
 
         handoff.call_in_pieces([lambda i=i: slow(f"job-{i}") for i in range(40)])
         assert handoff.pending  # 20 ms of work in pieces of 1 ms: not done yet
-        ticks_at_start = ticks
+        ticks_at_start = turns.count
         handoff.call(lambda: seen.append("after"))  # on the loop's thread, yet it waits its turn
         while handoff.pending:
             await asyncio.sleep(0)
-        task.cancel()
-        return seen, ticks - ticks_at_start
+        turns.stop()
+        return seen, turns.count - ticks_at_start
 
     seen, ticks = run(scenario())
     assert seen == [f"job-{i}" for i in range(40)] + ["after"]
@@ -65,28 +85,17 @@ def test_after_each_piece_the_loop_runs_other_work_as_long_as_the_piece_took() -
     async def scenario() -> list[int]:
         handoff = LoopHandOff(piece_seconds=0.0)  # every step its own piece
         handoff.attach(asyncio.get_running_loop())
-        ticks = 0
         at_piece: list[int] = []
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
+        turns = await LoopTurns.start()
 
         def slow() -> None:
-            at_piece.append(ticks)
-            busy_until = asyncio.get_running_loop().time() + 0.002
-            while asyncio.get_running_loop().time() < busy_until:
-                pass
+            at_piece.append(turns.count)
+            burn(0.002)
 
         handoff.call_in_pieces([slow for _ in range(7)])
         while handoff.pending:
             await asyncio.sleep(0)
-        task.cancel()
+        turns.stop()
         return [b - a for a, b in zip(at_piece, at_piece[1:])]
 
     gaps = sorted(run(scenario()))
@@ -111,12 +120,7 @@ def test_before_anything_is_served_a_job_pauses_only_briefly_between_pieces(serv
 
         handoff._schedule = recording  # type: ignore[method-assign]
 
-        def slow() -> None:
-            busy_until = asyncio.get_running_loop().time() + 0.003
-            while asyncio.get_running_loop().time() < busy_until:
-                pass
-
-        handoff.call_in_pieces([slow for _ in range(4)])
+        handoff.call_in_pieces([lambda: burn(0.003) for _ in range(4)])
         while handoff.pending:
             await asyncio.sleep(0)
         return pauses
