@@ -140,7 +140,7 @@ class _Reflector:
         timeout = self.store.watch_timeout
         try:
             stream = w.stream(
-                self._api().list_cluster_custom_object,
+                self._list_for_watch(),
                 GROUP,
                 VERSION,
                 self.plural,
@@ -166,6 +166,19 @@ class _Reflector:
         elif not self.store._stop.is_set():
             # A server that closes watches at once would make us spin; treat that as a failure.
             self.store._stop.wait(self._backoff.next())
+
+    def _list_for_watch(self) -> Callable[..., Any]:
+        """The list call, in a form whose events the watch hands over as parsed JSON.
+
+        Given the generated method, the watch finds its return type (`object`) and "deserializes"
+        every event into it: json.dumps and json.loads of an object it has just parsed, 2 ms of this
+        thread's time (with the GIL) for each 100 KB event. Without a return annotation it does not."""
+        api = self._api()
+
+        def list_objects(*args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]  # no annotation: see above
+            return api.list_cluster_custom_object(*args, **kwargs)
+
+        return list_objects
 
     def _handle(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
