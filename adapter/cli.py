@@ -347,25 +347,13 @@ def _start_kube(
     args: argparse.Namespace, api_client: Any, engine: Any, context: Any, upstream: Any = None
 ) -> dict[str, Any]:
     """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
-    import base64
-
-    from kubernetes import client
-
     from adapter.store.events import EventRecorder
     from adapter.store.kube import KubeStore
+    from adapter.store.kube_json import secret_resolver
     from adapter.store.lease import LeaseElector
     from adapter.store.status import StatusWriter
 
-    core = client.CoreV1Api(api_client)
-
-    def resolve_secret(namespace: str, name: str, key: str) -> str:
-        secret = core.read_namespaced_secret(name, namespace, _request_timeout=10)
-        data = (secret.data or {}).get(key)
-        if data is None:
-            raise LookupError(f"secret {namespace}/{name} has no key {key!r}")
-        return base64.b64decode(data).decode()
-
-    context.secrets = resolve_secret
+    context.secrets = secret_resolver(api_client)
     from adapter.store.leadtime import AutoLeadTimes, hpa_reader, learn_forever
 
     # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)

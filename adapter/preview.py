@@ -126,25 +126,16 @@ def _load_manifests(collector: _Collector, context: Any, paths: list[str]) -> No
 
 def _load_cluster(collector: _Collector, context: Any, kubeconfig: str, kube_context: str | None) -> None:
     """List both kinds once, as the cluster store's first list does (no watch: a preview is a snapshot)."""
-    import base64
-
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     from adapter.resources import GROUP, VERSION
     from adapter.store.kube import PLURALS, load_api_client
+    from adapter.store.kube_json import secret_resolver
 
     api_client = load_api_client(kubeconfig, kube_context)
-    objects, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
-
-    def resolve_secret(namespace: str, name: str, key: str) -> str:
-        secret = core.read_namespaced_secret(name, namespace, _request_timeout=10)
-        data = (secret.data or {}).get(key)
-        if data is None:
-            raise LookupError(f"secret {namespace}/{name} has no key {key!r}")
-        return base64.b64decode(data).decode()
-
-    context.secrets = resolve_secret
+    objects = client.CustomObjectsApi(api_client)
+    context.secrets = secret_resolver(api_client)
     for kind in (KIND_METRIC, KIND_EVENT):  # metrics first: events are checked against them
         try:
             listed: Any = objects.list_cluster_custom_object(GROUP, VERSION, PLURALS[kind], _request_timeout=30)

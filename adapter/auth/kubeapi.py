@@ -7,7 +7,6 @@ in threads (``asyncio.to_thread``) so the event loop never waits on the network.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -39,12 +38,9 @@ class KubernetesAuthAPI:
     """KubeAuthAPI over the official ``kubernetes`` client."""
 
     def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
+        # Plain JSON requests through the client's ApiClient, not the generated API classes: CoreV1Api
+        # alone took 0.6 s to import, before the server could listen (adapter.store.kube_json).
         self._api_client = api_client
-        self._core = client.CoreV1Api(api_client)
-        self._authn = client.AuthenticationV1Api(api_client)
-        self._authz = client.AuthorizationV1Api(api_client)
 
     @classmethod
     def from_kubeconfig(cls, path: str | None) -> KubernetesAuthAPI:
@@ -78,24 +74,27 @@ class KubernetesAuthAPI:
     def get_configmap(self, namespace: str, name: str) -> tuple[dict[str, str] | None, str]:
         from kubernetes.client.exceptions import ApiException
 
+        from adapter.store.kube_json import read_config_map
+
         try:
-            cm = self._core.read_namespaced_config_map(name, namespace, _request_timeout=REVIEW_TIMEOUT_SECONDS)
+            cm = read_config_map(self._api_client, namespace, name, timeout=REVIEW_TIMEOUT_SECONDS)
         except ApiException as exc:
             if exc.status == 404:
                 return None, ""
             raise self._wrap(exc, f"reading ConfigMap {namespace}/{name}") from None
         except Exception as exc:  # noqa: BLE001 - urllib3/socket errors of every kind
             raise self._wrap(exc, f"reading ConfigMap {namespace}/{name}") from None
-        return dict(cm.data or {}), (cm.metadata.resource_version if cm.metadata else "") or ""
+        return _string_map(cm.get("data")), str((cm.get("metadata") or {}).get("resourceVersion") or "")
 
     def watch_configmap(
         self, namespace: str, name: str, resource_version: str, timeout_seconds: int
     ) -> Iterator[tuple[str, dict[str, str] | None, str]]:
         from kubernetes import watch
 
+        from adapter.store.kube_json import config_map_lister
+
         stream = watch.Watch().stream(
-            self._core.list_namespaced_config_map,
-            namespace,
+            config_map_lister(self._api_client, namespace),
             field_selector=f"metadata.name={name}",
             resource_version=resource_version or None,
             timeout_seconds=timeout_seconds,
@@ -107,23 +106,31 @@ class KubernetesAuthAPI:
                 kind = event.get("type", "")
                 if kind == "ERROR":
                     raise KubeAPIError(f"watch of ConfigMap {namespace}/{name} failed: {event.get('raw_object')}")
-                data = None if kind == "DELETED" else dict(getattr(obj, "data", None) or {})
-                rv = getattr(getattr(obj, "metadata", None), "resource_version", "") or ""
-                yield kind, data, rv
+                obj = obj if isinstance(obj, dict) else {}
+                data = None if kind == "DELETED" else _string_map(obj.get("data"))
+                yield kind, data, str((obj.get("metadata") or {}).get("resourceVersion") or "")
         except KubeAPIError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise self._wrap(exc, f"watching ConfigMap {namespace}/{name}") from None
 
-    def _post_raw(self, call: Any, body: dict[str, Any], what: str) -> dict[str, Any]:
+    def _post_raw(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        from adapter.store.kube_json import request_json
+
         try:
-            response = call(body=body, _preload_content=False, _request_timeout=REVIEW_TIMEOUT_SECONDS)
-            return json.loads(response.data)
+            return request_json(self._api_client, "POST", path, body=body, timeout=REVIEW_TIMEOUT_SECONDS)
         except Exception as exc:  # noqa: BLE001 - ApiException, urllib3, JSON errors alike
             raise self._wrap(exc, what) from None
 
     def create_token_review(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._post_raw(self._authn.create_token_review, body, "TokenReview")
+        return self._post_raw("/apis/authentication.k8s.io/v1/tokenreviews", body, "TokenReview")
 
     def create_subject_access_review(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._post_raw(self._authz.create_subject_access_review, body, "SubjectAccessReview")
+        return self._post_raw("/apis/authorization.k8s.io/v1/subjectaccessreviews", body, "SubjectAccessReview")
+
+
+def _string_map(data: Any) -> dict[str, str]:
+    """A ConfigMap's data as strings (a malformed answer gives what can be read)."""
+    if not isinstance(data, dict):
+        return {}
+    return {str(key): value for key, value in data.items() if isinstance(value, str)}

@@ -30,6 +30,7 @@ from kubernetes import client
 
 from adapter import timefmt
 from adapter.resources import GROUP, VERSION
+from adapter.store.kube_json import create_event
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class EventRecorder:
         now: Callable[[], str] = timefmt.rfc3339_now,
         request_timeout: float = 10.0,
     ):
-        self.api = client.CoreV1Api(api_client)
+        self.api_client = api_client
         self.namespace = namespace
         self.per_object_interval = per_object_interval
         self.per_object_burst = per_object_burst
@@ -123,11 +124,7 @@ class EventRecorder:
         if len(self._last) > 100_000:  # objects come and go; the memory does not need to be exact
             self._last.clear()
         try:
-            self.api.create_namespaced_event(
-                self.namespace,
-                self._body(change, uid),  # type: ignore[arg-type]
-                _request_timeout=self.request_timeout,
-            )
+            create_event(self.api_client, self.namespace, self._body(change, uid), self.request_timeout)
         except Exception as exc:  # noqa: BLE001 - best effort: status writes go on
             why = getattr(exc, "reason", None) or type(exc).__name__
             if why != self._failing:

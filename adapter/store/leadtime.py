@@ -69,6 +69,9 @@ def selector_string(match_labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
 
 
+REQUEST_TIMEOUT = 10.0  # seconds, for each read of the scale target and its pods
+
+
 def measure_lead_time(
     api_client: Any,
     namespace: str,
@@ -79,28 +82,22 @@ def measure_lead_time(
     """Read the scale target (Deployment) and its pods through the API; apply the rule.
 
     Needs only get/list on deployments and pods (read-only RBAC). Any API failure gives the fallback."""
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
+
+    from adapter.store.kube_json import list_pods, read_deployment
 
     kind, name = target.get("kind", "Deployment"), target.get("name", "")
     try:
         if kind != "Deployment":
             raise ValueError(f"scale target kind {kind} is not supported (Deployment only)")
         # Raw JSON (no model classes): only the fields read here need to be there.
-        apps = client.AppsV1Api(api_client)
-        deployment = _json(apps.read_namespaced_deployment(name, namespace, _preload_content=False))
+        deployment = read_deployment(api_client, namespace, name, timeout=REQUEST_TIMEOUT)
         spec = deployment.get("spec") or {}
         labels = ((spec.get("selector") or {}).get("matchLabels")) or {}
         if not labels:
             raise ValueError("the Deployment has no selector.matchLabels")
         current = int((deployment.get("status") or {}).get("replicas") or spec.get("replicas") or 1)
-        core = client.CoreV1Api(api_client)
-        pods = (
-            _json(
-                core.list_namespaced_pod(namespace, label_selector=selector_string(labels), _preload_content=False)
-            ).get("items")
-            or []
-        )
+        pods = list_pods(api_client, namespace, selector_string(labels), timeout=REQUEST_TIMEOUT).get("items") or []
     except (ApiException, ValueError, OSError) as exc:
         estimate = learn_lead_time([], hpa, 1, fallback=fallback)
         return LeadTimeEstimate(
