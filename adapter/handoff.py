@@ -2,7 +2,8 @@
 
 The cluster store's watch threads and the manifest watcher call into the engine from their own
 threads, while every engine state change must happen on the loop's thread (the engine has no locks
-beyond this one). Calls made before the loop starts are queued and run, in order, when it does.
+beyond this one). Calls made before the loop starts are queued and run, in order, when it does
+(long jobs still in pieces).
 
 A long job (applying a list of 10 000 objects takes seconds) is handed over as a sequence of steps
 (`call_in_pieces`): the loop runs steps for at most PIECE_SECONDS, answers the requests that arrived
@@ -66,7 +67,7 @@ class LoopHandOff:
         return bool(self._pending) or bool(self._jobs)
 
     def call(self, func: Callable[[], None]) -> None:
-        if self._kept_until_attached(func):
+        if self._kept_until_attached(lambda: self.call(func)):  # (then behind a job queued before it)
             return
         assert self.loop is not None
         if threading.get_ident() != self._thread:
@@ -79,14 +80,9 @@ class LoopHandOff:
     def call_in_pieces(self, steps: Iterable[Callable[[], None]], around: Around = contextlib.nullcontext) -> None:
         """Run `steps` in order on the loop, at most `piece_seconds` at a time, each piece inside
         `around()` (e.g. a pause of the garbage collector). A step that raises is logged and skipped:
-        the job goes on. Before the loop is attached the steps run in one go when it is."""
-
-        def whole() -> None:
-            with around():
-                for step in steps:
-                    step()
-
-        if self._kept_until_attached(whole):
+        the job goes on. A job handed over before the loop is attached starts, in pieces, when it is
+        (in cluster mode the first list arrives while the server is still being set up)."""
+        if self._kept_until_attached(lambda: self.call_in_pieces(steps, around)):
             return
         assert self.loop is not None
         if threading.get_ident() != self._thread:

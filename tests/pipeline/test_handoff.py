@@ -77,6 +77,29 @@ def test_a_long_job_lets_the_loop_run_between_pieces_and_keeps_order() -> None:
     assert ticks >= 5  # other tasks ran between the pieces
 
 
+def test_a_job_handed_over_before_the_loop_runs_in_pieces_once_it_is_attached() -> None:
+    """In cluster mode the first list can arrive from a watch thread before the loop runs: the job
+    waits, then runs in pieces like any other (it used to run in one go, seconds of loop time)."""
+    handoff = LoopHandOff(piece_seconds=0.001)
+    seen: list[str] = []
+    handoff.call(lambda: seen.append("first"))
+    handoff.call_in_pieces([lambda i=i: (seen.append(f"job-{i}"), burn(0.0005)) for i in range(20)])
+    handoff.call(lambda: seen.append("last"))
+    assert handoff.pending and seen == []
+
+    async def scenario() -> int:
+        handoff.attach(asyncio.get_running_loop())
+        assert handoff.pending  # attach ran the first piece, not the whole job
+        turns = await LoopTurns.start()
+        while handoff.pending:
+            await asyncio.sleep(0)
+        turns.stop()
+        return turns.count
+
+    assert run(scenario()) >= 5  # other tasks ran between the pieces
+    assert seen == ["first", *[f"job-{i}" for i in range(20)], "last"]
+
+
 def test_after_each_piece_the_loop_runs_other_work_as_long_as_the_piece_took() -> None:
     """A request takes several turns of the loop (read, parse, run the app, write): one turn between
     pieces was not enough for it. Each piece here burns 2 ms; between two pieces a coroutine that
