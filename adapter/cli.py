@@ -268,7 +268,6 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """The whole server as an ASGI app (store -> engine -> API, auth in front) and the provider of
     client CAs for the TLS layer."""
     from adapter import heap, observability
-    from adapter.api.app import PrescalerApp
     from adapter.engine import Engine
     from adapter.sources.base import SourceContext
     from adapter.store.manifests import ManifestStore
@@ -302,7 +301,36 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         from adapter.store.kube import load_api_client
 
         api_client = load_api_client(args.kubeconfig)
+        kube["store"] = _start_listing(api_client, engine, context)
+    try:
+        return _build_rest_of_app(args, engine, manifest_store, kube, api_client)
+    except BaseException:
+        if "store" in kube:
+            kube["store"].stop()
+        raise
 
+
+def _start_listing(api_client: Any, engine: Any, context: Any) -> Any:
+    """Cluster mode: list (then watch) the objects before the rest of the server is built.
+
+    The API server takes most of a second to answer a list of 100 000 targets' events; asked first,
+    it answers while the rest of the server is imported and set up. What arrives is applied, in
+    pieces, once the event loop runs (adapter.handoff queues it until then)."""
+    from adapter.store.kube import KubeStore
+    from adapter.store.kube_json import secret_resolver
+    from adapter.store.leadtime import AutoLeadTimes, hpa_reader
+
+    context.secrets = secret_resolver(api_client)
+    # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
+    engine.lead_times = AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client))
+    store = KubeStore(api_client, engine)
+    store.start()
+    return store
+
+
+def _build_rest_of_app(
+    args: argparse.Namespace, engine: Any, manifest_store: Any, kube: dict[str, Any], api_client: Any
+) -> tuple[Any, Any]:
     from adapter.upstream import Passthrough, config_from_args
 
     upstream_config = config_from_args(args)
@@ -318,10 +346,12 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
                 manifest_store.start()
                 log.info("local mode: serving objects from %s", ", ".join(args.manifests))
             else:
-                kube.update(_start_kube(args, api_client, engine, context, upstream))
+                kube.update(_start_kube(args, api_client, engine, kube, upstream))
         except Exception as exc:
             # uvicorn stops serving and returns normally; run_serve turns this into an exit code.
             args.startup_failures = [*getattr(args, "startup_failures", []), exc]
+            if "store" in kube and "stoppers" not in kube:
+                kube["store"].stop()  # listing since build_app
             raise
         try:
             yield
@@ -335,6 +365,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
                 await upstream.stop()
             await engine.stop()
 
+    from adapter.api.app import PrescalerApp  # (fastapi: imported while the objects are being listed)
     from adapter.auth.factory import build_auth
     from adapter.auth.middleware import AuthMiddleware
 
@@ -344,27 +375,21 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _start_kube(
-    args: argparse.Namespace, api_client: Any, engine: Any, context: Any, upstream: Any = None
+    args: argparse.Namespace, api_client: Any, engine: Any, kube: dict[str, Any], upstream: Any = None
 ) -> dict[str, Any]:
-    """Cluster mode: watch the CRDs, resolve Secrets, write status (Lease holder only)."""
+    """Cluster mode, once the loop runs: learn lead times and HPA bands, write status (Lease holder
+    only); the objects are already being listed and watched (_start_listing)."""
     from adapter.store.events import EventRecorder
-    from adapter.store.kube import KubeStore
-    from adapter.store.kube_json import secret_resolver
+    from adapter.store.leadtime import learn_forever
     from adapter.store.lease import LeaseElector
     from adapter.store.status import StatusWriter
 
-    context.secrets = secret_resolver(api_client)
-    from adapter.store.leadtime import AutoLeadTimes, hpa_reader, learn_forever
-
-    # leadTime: Auto (read-only: deployments, pods, and the HPA whose scale-up policy sets the ramp)
-    engine.lead_times = learner = AutoLeadTimes(api_client, hpa_for=hpa_reader(api_client))
-    learning = asyncio.get_running_loop().create_task(learn_forever(engine, learner))
+    store = kube["store"]  # listing since build_app (_start_listing); secrets and lead times are set
+    learning = asyncio.get_running_loop().create_task(learn_forever(engine, engine.lead_times))
     from adapter.store.hpa_bands import HpaBands, refresh_forever
 
     # stepPastTolerance (read-only: list horizontalpodautoscalers, for their targets and replica counts)
     stepping = asyncio.get_running_loop().create_task(refresh_forever(engine, HpaBands(api_client)))
-    store = KubeStore(api_client, engine)
-    store.start()
     elector = LeaseElector(api_client, args.status_namespace)
     desired = engine.status.current
     if upstream is not None:  # VirtualMetrics that shadow an upstream metric say so (ShadowsUpstream)
