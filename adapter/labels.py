@@ -146,6 +146,12 @@ def _qualified_name_errors(value: str) -> list[str]:
     return errors
 
 
+def is_label_value(value: str) -> bool:
+    """validation.IsValidLabelValue as a yes or no, in one regex match (the pattern is ASCII only, so
+    its length in characters is its length in bytes)."""
+    return len(value) <= _LABEL_VALUE_MAX and _LABEL_VALUE_RE.fullmatch(value) is not None
+
+
 def _label_value_errors(value: str) -> list[str]:
     """validation.IsValidLabelValue; empty list when valid."""
     errors: list[str] = []

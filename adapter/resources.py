@@ -87,7 +87,7 @@ class CommonSourceSettings:
     on_stale: str = "Hold"  # Hold | UseKnown
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: 100 000 entries are made (and kept) at a large start
 class ResourceRef:
     namespace: str
     name: str | None = None
@@ -95,7 +95,7 @@ class ResourceRef:
     name_from_label: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetricEntry:
     metric: str  # the VirtualMetric's spec.name
     resource: ResourceRef

@@ -16,7 +16,7 @@ from typing import Any
 
 from adapter.errors import ValidationError
 from adapter.items import Item
-from adapter.labels import _label_value_errors
+from adapter.labels import _label_value_errors, is_label_value
 from adapter.pipeline.contributions import (
     Contributions,
     EntryPlan,
@@ -402,7 +402,13 @@ def unreachable_targets(state: EventState, keys: Iterable[Key]) -> tuple[str, ..
 def target_problems(targets: Iterable[tuple[str, str]], found: Mapping[str, str]) -> dict[str, str]:
     """`found` plus the (namespace, name) targets no HPA could query, up to MAX_UNREACHABLE_LISTED."""
     result = dict(found)
+    namespace_ok: dict[str, bool] = {}  # namespaces repeat
     for namespace, resource in dict.fromkeys(targets):  # each target once
+        ok = namespace_ok.get(namespace)
+        if ok is None:
+            ok = namespace_ok[namespace] = not namespace or is_label_value(namespace)
+        if ok and resource and is_label_value(resource):
+            continue  # the usual case, in one match: 100 000 targets' messages were 0.4 s of a start
         if len(result) >= MAX_UNREACHABLE_LISTED:
             break
         if f"{namespace}/{resource}" in result:

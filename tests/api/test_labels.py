@@ -13,6 +13,8 @@ from adapter.labels import (
     Requirement,
     Selector,
     SelectorError,
+    _label_value_errors,
+    is_label_value,
     parse_query_selector,
     parse_selector,
 )
@@ -526,3 +528,18 @@ def test_arbitrary_text_parses_or_raises_selector_error(text: str) -> None:
         assert str(error)
     else:
         assert parse_selector(str(selector)) == selector
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "a", "svc-1", "My_Value.2", "a" * 63, "a" * 64, "-a", "a-", "a b", "é", "a" * 62 + "é", "x/y", "_a", "a."],
+)
+def test_the_quick_label_value_check_agrees_with_the_worded_one(value: str) -> None:
+    # is_label_value is the one-match path of target checks; it must never disagree with the errors.
+    assert is_label_value(value) == (not _label_value_errors(value))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.sampled_from("aZ09-_.é/ "), max_size=70))
+def test_the_quick_label_value_check_agrees_on_random_values(value: str) -> None:
+    assert is_label_value(value) == (not _label_value_errors(value))
