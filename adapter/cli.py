@@ -368,10 +368,11 @@ def _build_rest_of_app(
     from adapter.api.app import PrescalerApp  # (fastapi: imported while the objects are being listed)
     from adapter.auth.factory import build_auth
     from adapter.auth.middleware import AuthMiddleware
+    from adapter.serving.inflight import CountRequests
 
     app = PrescalerApp(engine, lifespan=lifespan, upstream=upstream)
     authenticator, authorizer, client_cas = build_auth(args)
-    return AuthMiddleware(app, authenticator, authorizer), client_cas
+    return CountRequests(AuthMiddleware(app, authenticator, authorizer), engine.requests), client_cas
 
 
 def _start_kube(

@@ -20,7 +20,7 @@ from typing import Any
 
 from adapter import heap
 from adapter import observability as obs
-from adapter.handoff import LoopHandOff
+from adapter.handoff import LoopHandOff, RequestActivity
 from adapter.items import Item
 from adapter.labels import Selector
 from adapter.pipeline import objects
@@ -55,10 +55,11 @@ class Engine:
         self.start_sources = start_sources
         self.table = objects.ObjectTable(self.context)
         self.events, self.metrics = self.table.events, self.table.metrics  # read-only views for tools
-        # Store and watcher threads call in; state changes on the loop only. Until a snapshot with a
-        # target is published no query has a value to wait for, and long jobs pause less (in cluster
-        # mode the VirtualMetrics' list comes first, so "a metric is published" was not enough).
-        self._handoff = LoopHandOff(serving=self._serving_targets)
+        # Store and watcher threads call in; state changes on the loop only. Long jobs pause for the
+        # requests being answered (counted by the server, adapter.serving.inflight), and barely when
+        # there are none.
+        self.requests = RequestActivity()
+        self._handoff = LoopHandOff(answering=self.requests.recent)
         self.status = StatusBoard(self.statuses, pieces=self.status_pieces)
         self.publisher = Publisher(self.table, clock, self._handoff, self.status.changed, rebuild_delay, snapshot_delay)
         self._synced_kinds: set[str] = set()
@@ -99,9 +100,6 @@ class Engine:
     @property
     def published(self) -> Published:
         return self.publisher.published
-
-    def _serving_targets(self) -> bool:
-        return any(view.by_resource for view in self.published.partitions.values())
 
     @property
     def names(self) -> MetricNames:

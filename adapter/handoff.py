@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -38,14 +39,42 @@ def pause_after(spent: float) -> float:
 Around = Callable[[], AbstractContextManager[object]]  # what each piece of a job runs inside
 
 
+class RequestActivity:
+    """Whether requests are being answered, as the server's outermost ASGI layer records them
+    (adapter.serving.inflight): any in flight, or one started shortly before or during a piece of
+    long work. The app answers most requests within one turn of the loop, so "in flight" alone is
+    almost never true when a piece ends, even at thousands of requests a second."""
+
+    RECENT_SECONDS = 0.01  # an HPA controller with 1 000 HPAs asks about every 15 ms
+
+    __slots__ = ("in_flight", "last_started", "clock")
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.in_flight, self.last_started, self.clock = 0, -math.inf, clock
+
+    def started(self) -> None:
+        self.in_flight += 1
+        self.last_started = self.clock()
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+
+    def recent(self, spent: float) -> bool:
+        """A request in flight, or started within RECENT_SECONDS before a piece that took `spent`."""
+        return self.in_flight > 0 or self.clock() - self.last_started < spent + self.RECENT_SECONDS
+
+
 class LoopHandOff:
-    def __init__(self, piece_seconds: float = PIECE_SECONDS, serving: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self, piece_seconds: float = PIECE_SECONDS, answering: Callable[[float], bool] = lambda spent: True
+    ) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.piece_seconds = piece_seconds
-        # False while there is nothing to serve yet (the first list of objects at start): then a
-        # job pauses only MIN_PAUSE_SECONDS between pieces; a query has no value to wait for, and
-        # pausing as long as each piece doubled the time to the first value.
-        self.serving = serving
+        # Whether requests are being answered, given how long the last piece took (RequestActivity).
+        # When none are, a long job pauses only MIN_PAUSE_SECONDS between pieces: pausing as long as
+        # each piece took, with nobody waiting, doubled the time from start (or from a source's
+        # snapshot) to the last value served.
+        self.answering = answering
         self._thread: int | None = None
         self._pending: list[Callable[[], None]] = []  # before the loop is attached
         # Unfinished jobs, in order (loop thread only): their steps left, and what a piece runs inside.
@@ -60,6 +89,11 @@ class LoopHandOff:
             pending, self._pending = self._pending, []
         for func in pending:
             func()
+
+    def pause_after(self, spent: float) -> float:
+        """How long long work pauses after a piece that took `spent`: see `pause_after`, but only
+        MIN_PAUSE_SECONDS (one turn of the loop, to notice new requests) when none is being answered."""
+        return pause_after(spent) if self.answering(spent) else MIN_PAUSE_SECONDS
 
     @property
     def pending(self) -> bool:
@@ -111,7 +145,7 @@ class LoopHandOff:
                 finished = self._run_until(steps, deadline)
             if not finished:
                 spent = time.perf_counter() - started
-                self._schedule(pause_after(spent) if self.serving() else MIN_PAUSE_SECONDS)
+                self._schedule(self.pause_after(spent))
                 return
             self._jobs.popleft()
 

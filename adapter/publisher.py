@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Generator, Mapping
 
 from adapter import heap
 from adapter import observability as obs
-from adapter.handoff import LoopHandOff, pause_after
+from adapter.handoff import LoopHandOff
 from adapter.pipeline.contributions import Partition
 from adapter.pipeline.incremental import publish_changes, publish_targets_in_steps, split_targets
 from adapter.pipeline.objects import MetricNames, ObjectTable, resolve_metric_names
@@ -48,9 +48,10 @@ def _weigher(by_name: Mapping[str, EventFeed], events: Collection[str]) -> Calla
     return weight
 
 
-async def _run_in_steps(steps: Generator[None, None, Published]) -> tuple[Published, float]:
-    """Drive a stepped build on the loop: after each step but the last, requests get as much time as
-    it took. Returns the result and how long the last step took (the caller pauses after it, or not)."""
+async def _run_in_steps(steps: Generator[None, None, Published], handoff: LoopHandOff) -> tuple[Published, float]:
+    """Drive a stepped build on the loop: after each step but the last, requests being answered get
+    as much time as it took. Returns the result and how long the last step took (the caller pauses
+    after it, or not)."""
     while True:
         started = time.perf_counter()
         try:
@@ -58,7 +59,7 @@ async def _run_in_steps(steps: Generator[None, None, Published]) -> tuple[Publis
                 next(steps)
         except StopIteration as done:
             return done.value, time.perf_counter() - started
-        await asyncio.sleep(pause_after(time.perf_counter() - started))
+        await asyncio.sleep(handoff.pause_after(time.perf_counter() - started))
 
 
 class Publisher:
@@ -134,11 +135,12 @@ class Publisher:
                         self.published, spent = await _run_in_steps(
                             publish_targets_in_steps(
                                 self.names.served, feeds, by_name, self.clock(), self.published, piece, events
-                            )
+                            ),
+                            self.handoff,
                         )
                         if number < len(pieces):
                             heap.after_publish()
-                            await asyncio.sleep(pause_after(spent))
+                            await asyncio.sleep(self.handoff.pause_after(spent))
                 else:  # whole partitions: the numpy-heavy build runs off the loop
                     self.published = await asyncio.to_thread(
                         publish_changes,

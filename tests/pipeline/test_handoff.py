@@ -125,14 +125,15 @@ def test_after_each_piece_the_loop_runs_other_work_as_long_as_the_piece_took() -
     assert gaps[len(gaps) // 2] >= 20, gaps  # one turn between pieces would give 1 or 2
 
 
-@pytest.mark.parametrize("serving", [True, False])
-def test_before_anything_is_served_a_job_pauses_only_briefly_between_pieces(serving: bool) -> None:
-    """At start (nothing published yet) no query waits for a value, so a long job (the first list of
-    objects) pauses MIN_PAUSE_SECONDS between pieces instead of as long as each piece took."""
+@pytest.mark.parametrize("answering", [True, False])
+def test_a_job_pauses_as_long_as_each_piece_only_while_a_request_is_answered(answering: bool) -> None:
+    """Pausing as long as each piece took gives requests in flight their turns of the loop; with none
+    in flight (at start, or between an HPA's queries) it only delays the job, which then pauses
+    MIN_PAUSE_SECONDS, one turn of the loop to notice a new request."""
     from adapter.handoff import MIN_PAUSE_SECONDS
 
     async def scenario() -> list[float]:
-        handoff = LoopHandOff(piece_seconds=0.0, serving=lambda: serving)
+        handoff = LoopHandOff(piece_seconds=0.0, answering=lambda spent: answering)
         handoff.attach(asyncio.get_running_loop())
         pauses: list[float] = []
         schedule = handoff._schedule
@@ -150,7 +151,7 @@ def test_before_anything_is_served_a_job_pauses_only_briefly_between_pieces(serv
 
     pauses = run(scenario())
     assert len(pauses) >= 3
-    if serving:
+    if answering:
         assert min(pauses) >= 0.003  # as long as the piece took
     else:
         assert pauses == [MIN_PAUSE_SECONDS] * len(pauses)
@@ -177,7 +178,7 @@ def test_a_failing_step_is_logged_and_the_job_goes_on(caplog: pytest.LogCaptureF
     assert "OverflowError" in caplog.text
 
 
-def test_before_the_loop_a_job_runs_whole_when_it_starts() -> None:
+def test_before_the_loop_a_job_runs_in_order_when_it_starts() -> None:
     handoff = LoopHandOff()
     seen: list[int] = []
     handoff.call_in_pieces([lambda i=i: seen.append(i) for i in range(3)])
