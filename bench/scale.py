@@ -94,6 +94,10 @@ def run_items_server(port: int, change_every: int = 1) -> None:
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
+        # socketserver's default listen backlog is 5: 100 sources connecting at once overflowed it,
+        # and a dropped SYN is retried only after 1 s, then 3 s (a first value 3 s late, fetches
+        # timing out now and then).
+        request_queue_size = 1024
 
         def handle_error(self, request: object, client_address: object) -> None:
             pass  # clients that hang up (a stopped prescaler) are not news
