@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from adapter.engine import Engine
-from adapter.handoff import MIN_PAUSE_SECONDS, RequestActivity
+from adapter.handoff import RequestActivity
 from adapter.serving.inflight import CountRequests
 from tests.helpers import run
 
@@ -60,7 +60,7 @@ def test_a_request_counts_as_recent_for_a_short_while_and_for_as_long_as_the_pie
 
 def test_the_engine_pauses_long_work_for_requests_only_while_there_are_some() -> None:
     engine = Engine(start_sources=False)
-    assert engine._handoff.pause_after(0.004) == MIN_PAUSE_SECONDS
+    assert engine._handoff.pause_after(0.004) == 0.0
     engine.requests.started()
     assert engine._handoff.pause_after(0.004) == 0.004
     engine.requests.finished()
