@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -112,11 +113,12 @@ def main() -> int:
             server = PrescalerProcess(plane, certs, f"prescaler-{run}", token, port=port)
             t0 = time.monotonic()
             server.process.start()
-            with direct_client(plane, server) as http:
-                first = seconds_until(lambda: served(http, "svc-0"), t0, "the first value")
-                last = seconds_until(lambda: served(http, f"svc-{args.targets - 1}"), t0, "the last target's value")
-            with aggregator_client(plane) as http:
-                proxied = seconds_until(lambda: served(http, "svc-0"), t0, "the first value through the aggregator")
+            # Both paths polled at once, each on its own thread.
+            with ThreadPoolExecutor(2) as pool, direct_client(plane, server) as own, aggregator_client(plane) as agg:
+                through = pool.submit(seconds_until, lambda: served(agg, "svc-0"), t0, "the aggregator's")
+                first = seconds_until(lambda: served(own, "svc-0"), t0, "the first value")
+                last = seconds_until(lambda: served(own, f"svc-{args.targets - 1}"), t0, "the last target's value")
+                proxied = through.result()
             assert apiservice_available(plane)
             assert served_to_kubectl(plane, f"svc-{args.targets // 2}")
             print(
