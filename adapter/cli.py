@@ -179,7 +179,10 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         if args.write_kubeconfig:
             _prepare_local_tls(args)
-        app, client_cas = build_app(args)
+        from adapter import heap
+
+        with heap.quiet_imports(freeze=True):  # the server's modules live as long as it does
+            app, client_cas = build_app(args)
         options = serving_options_from_args(
             args,
             log_level=logs.uvicorn_log_level(args.verbosity),
@@ -414,8 +417,11 @@ def _start_kube(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from adapter import heap
+
+    with heap.quiet_imports():
+        parser = build_parser()
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

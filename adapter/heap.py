@@ -96,3 +96,20 @@ def no_collection() -> Iterator[None]:
 
 def frozen_objects() -> int:
     return gc.get_freeze_count()
+
+
+@contextmanager
+def quiet_imports(freeze: bool = False) -> Iterator[None]:
+    """No automatic collection while a command's modules are imported and its objects built: a
+    server's start imports about a second of modules, and every collection walked all the module
+    objects loaded so far again (about 8 % of the import time). With `freeze`, what is alive then
+    moves to the permanent generation, as after a publish."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()

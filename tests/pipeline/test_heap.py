@@ -83,3 +83,26 @@ def test_no_collection_pauses_the_collector_and_nests(enabled: None) -> None:
     heap.enable(False)
     with heap.no_collection():  # disabled policy: the collector is left alone
         assert gc.isenabled()
+
+
+def test_quiet_imports_pauses_collection_and_restores_it() -> None:
+    assert gc.isenabled()
+    with heap.quiet_imports():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with heap.quiet_imports():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
+
+
+def test_quiet_imports_with_freeze_moves_what_is_alive_to_the_permanent_generation() -> None:
+    try:
+        with heap.quiet_imports(freeze=True):
+            kept = [object() for _ in range(10)]  # noqa: F841 - alive at the freeze
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
