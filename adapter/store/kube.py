@@ -116,6 +116,7 @@ class _Reflector:
         return client.CustomObjectsApi(self.store.api_client)
 
     def _list(self) -> None:
+        started = time.monotonic()
         try:
             result: Any = self._api().list_cluster_custom_object(
                 GROUP, VERSION, self.plural, _request_timeout=self.store.request_timeout
@@ -125,6 +126,7 @@ class _Reflector:
                 raise _Gone() from None
             raise
         docs = [self._complete(item) for item in result.get("items") or []]
+        log.info("listed %d %s in %.2f s", len(docs), self.plural, time.monotonic() - started)
         self.store._call_sink("resync", self.kind, docs)
         self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "") or None
         self.lists += 1
