@@ -72,10 +72,19 @@ def no_collection() -> Iterator[None]:
     the collector walks the half-built snapshot again and again (measured: 2.4 of 4.3 s of a full
     rebuild). What a build leaves is either published (and frozen after) or freed by reference
     counting. Nests, and works across the loop thread and the build thread."""
-    global _pauses, _was_enabled
     if not _enabled:
         yield
         return
+    with _paused(freeze=True):
+        yield
+
+
+@contextmanager
+def _paused(freeze: bool) -> Iterator[None]:
+    """Automatic collection off until the last of the overlapping pauses ends (any thread); then,
+    with `freeze`, what is alive moves to the permanent generation, and collection is on again if it
+    was when the first began."""
+    global _pauses, _was_enabled
     with _pause_lock:
         if _pauses == 0:
             _was_enabled = gc.isenabled()
@@ -87,9 +96,10 @@ def no_collection() -> Iterator[None]:
         with _pause_lock:
             _pauses -= 1
             if _pauses == 0:
-                # What the build made is about to be published: straight to the permanent
-                # generation, or the first young collection would walk all of it.
-                gc.freeze()
+                if freeze:
+                    # What the build made is about to be published: straight to the permanent
+                    # generation, or the first young collection would walk all of it.
+                    gc.freeze()
                 if _was_enabled:
                     gc.enable()
 
@@ -103,13 +113,7 @@ def quiet_imports(freeze: bool = False) -> Iterator[None]:
     """No automatic collection while a command's modules are imported and its objects built: a
     server's start imports about a second of modules, and every collection walked all the module
     objects loaded so far again (about 8 % of the import time). With `freeze`, what is alive then
-    moves to the permanent generation, as after a publish."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    moves to the permanent generation, as after a publish. Overlaps with `no_collection` (the first
+    list of objects is parsed on a watch thread meanwhile): collection resumes when both have ended."""
+    with _paused(freeze):
         yield
-    finally:
-        if freeze:
-            gc.freeze()
-        if was_enabled:
-            gc.enable()

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from adapter import heap
 from adapter.resources import API_VERSION, GROUP, KIND_EVENT, KIND_METRIC, VERSION
 from adapter.store.backoff import Backoff
 
@@ -118,9 +119,13 @@ class _Reflector:
     def _list(self) -> None:
         started = time.monotonic()
         try:
-            result: Any = self._api().list_cluster_custom_object(
-                GROUP, VERSION, self.plural, _request_timeout=self.store.request_timeout
-            )
+            # The answer is parsed inside the call: 100 000 targets' events are 10 MB of JSON, which
+            # took 0.45 s to parse with the collector walking the growing result again and again,
+            # 0.15 s without (adapter.heap; what the list brings is kept, not garbage).
+            with heap.no_collection():
+                result: Any = self._api().list_cluster_custom_object(
+                    GROUP, VERSION, self.plural, _request_timeout=self.store.request_timeout
+                )
         except ApiException as exc:
             if exc.status == 410:
                 raise _Gone() from None

@@ -106,3 +106,19 @@ def test_quiet_imports_with_freeze_moves_what_is_alive_to_the_permanent_generati
         assert gc.isenabled() and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_overlapping_pauses_resume_collection_only_when_the_last_ends(enabled: None) -> None:
+    # The server's start: the first list is parsed on a watch thread (no_collection) while the main
+    # thread still imports (quiet_imports); neither may switch collection back on under the other.
+    quiet = heap.quiet_imports(freeze=True)
+    quiet.__enter__()
+    with heap.no_collection():
+        pass
+    assert not gc.isenabled()  # the imports are still going on
+    listing = heap.no_collection()
+    listing.__enter__()
+    quiet.__exit__(None, None, None)
+    assert not gc.isenabled()  # the list is still being parsed
+    listing.__exit__(None, None, None)
+    assert gc.isenabled()

@@ -288,3 +288,32 @@ def test_load_api_client_reports_a_bad_kubeconfig(tmp_path):
     path.write_text("not: [a kubeconfig")
     with pytest.raises(KubeConfigError, match="cannot load kubeconfig"):
         load_api_client(str(path))
+
+
+def test_the_initial_list_is_parsed_with_the_collector_paused(fake, started, monkeypatch):
+    # 10 MB of listed events parsed in 0.45 s with the collector walking the growing result, 0.15 s
+    # without: the call that parses it runs inside adapter.heap.no_collection (when serve enables it).
+    import gc
+
+    from kubernetes.client import CustomObjectsApi
+
+    from adapter import heap
+
+    seen: list[bool] = []
+    real = CustomObjectsApi.list_cluster_custom_object
+
+    def listing(self, *args, **kwargs):
+        if not kwargs.get("watch"):
+            seen.append(gc.isenabled())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(CustomObjectsApi, "list_cluster_custom_object", listing)
+    fake.apply(vme("stage"))
+    heap.enable()
+    try:
+        store = started(RecordingSink())
+        assert store.wait_ready(WAIT)
+    finally:
+        heap.enable(False)
+    assert seen and not any(seen)
+    assert gc.isenabled()
