@@ -89,6 +89,14 @@ EVENT_FETCHES = Counter(
     ["event", "result"],
     registry=REGISTRY,
 )
+EVENT_VERSIONS = Counter(
+    "prescaler_event_versions_total",
+    "VirtualMetricEvent versions received (lists, watch events, file reloads), by outcome: parsed, or "
+    "unchanged (the uid, generation and labels of the one loaded: a status write coming back, a re-list), "
+    "which is not parsed again.",
+    ["outcome"],
+    registry=REGISTRY,
+)
 EXPRESSION_FAILURES = Counter(
     "prescaler_expression_failures_total",
     "Expression evaluations that failed (error, missing value, non-finite result) per VirtualMetricEvent; "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from adapter import observability as obs
 from adapter.errors import ValidationError
 from adapter.items import Item
 from adapter.labels import _label_value_errors, is_label_value
@@ -238,7 +239,9 @@ class ObjectTable:
             return Change(None) if apply_metric(self.metrics.setdefault(name, MetricState(name)), doc) else _nothing()
         state = self.events.get(name)
         if state is not None and state.holds_version_of(doc):
+            obs.EVENT_VERSIONS.labels(outcome="unchanged").inc()
             return _nothing()  # a status write or a re-list: the spec is the one already loaded
+        obs.EVENT_VERSIONS.labels(outcome="parsed").inc()
         if state is None:
             self._order = None
         self._dirty.add(name)

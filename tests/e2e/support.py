@@ -81,7 +81,8 @@ class PrescalerProcess:
         # POD_NAME is what the downward API sets in the Deployment; it prefixes the Lease identity.
         env = {**os.environ, "POD_NAME": name}
         self.process = Process(name, argv, plane.logs / f"{name}.log", env=env, cwd=ROOT)
-        self.ssl = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        self.ssl_ca = str(certs / "ca.crt")  # the CA of prescaler's serving certificate
+        self.ssl = ssl.create_default_context(cafile=self.ssl_ca)
         self.ssl.check_hostname = False  # the certificate names prescaler.prescaler.svc; we dial 127.0.0.1
 
     @property

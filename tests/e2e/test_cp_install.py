@@ -6,10 +6,13 @@ status subresource, and the Helm chart and kustomize base pass a server-side dry
 from __future__ import annotations
 
 import json
+import re
+import ssl
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import httpx
 import pytest
 import yaml
 
@@ -112,6 +115,43 @@ def test_status_through_the_status_subresource(plane: ControlPlane, seed: dict[s
         30,
         "VirtualMetric rps status.targets == 2",
     )
+
+
+def _event_versions(plane: ControlPlane, prescaler: PrescalerProcess) -> dict[str, float]:
+    """prescaler_event_versions_total by outcome, scraped from prescaler's /metrics with the admin's
+    client certificate (prescaler trusts the cluster's client CA, and authorizes /metrics by SAR)."""
+    context = ssl.create_default_context(cafile=prescaler.ssl_ca)
+    context.check_hostname = False  # the certificate names prescaler.prescaler.svc; we dial 127.0.0.1
+    context.load_cert_chain(plane.pki.path("admin.crt"), plane.pki.path("admin.key"))
+    text = httpx.get(f"https://127.0.0.1:{prescaler.port}/metrics", verify=context, timeout=10).text
+    found = re.findall(r'^prescaler_event_versions_total\{outcome="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return {outcome: float(value) for outcome, value in found}
+
+
+def test_a_new_version_with_the_same_spec_is_not_parsed_again(
+    plane: ControlPlane, prescaler: PrescalerProcess, seed: dict[str, str]
+) -> None:
+    """prescaler writes each event's status every few seconds and the watch sends the whole object
+    back each time. The real API server keeps metadata.generation for a metadata-only change (here an
+    annotation) as for a status write: prescaler does not parse that version again. A label change is
+    parsed (labels are part of what it loads)."""
+    before = _event_versions(plane, prescaler)
+    plane.kubectl("annotate", "virtualmetricevent", "stage-vme", "e2e.prescaler/touched=1", "--overwrite")
+    after = wait_for(
+        lambda: (v := _event_versions(plane, prescaler)).get("unchanged", 0) > before.get("unchanged", 0) and v,
+        30,
+        "the annotated version counted as unchanged",
+    )
+    assert after.get("parsed", 0) == before.get("parsed", 0)
+    plane.kubectl("label", "virtualmetricevent", "stage-vme", "e2e.prescaler/touched=1", "--overwrite")
+    wait_for(
+        lambda: _event_versions(plane, prescaler).get("parsed", 0) > after.get("parsed", 0),
+        30,
+        "the relabelled version parsed",
+    )
+    plane.kubectl("label", "virtualmetricevent", "stage-vme", "e2e.prescaler/touched-")
+    plane.kubectl("annotate", "virtualmetricevent", "stage-vme", "e2e.prescaler/touched-")
+    wait_for(lambda: served(plane, "service-a", "service-a") == ["100"], 30, "service-a still serves 100")
 
 
 def test_failed_source_shows_in_status(plane: ControlPlane, prescaler: PrescalerProcess) -> None:

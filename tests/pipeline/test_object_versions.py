@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from adapter import observability as obs
 from adapter.pipeline import objects
 from adapter.pipeline.objects import ObjectTable
 from tests.helpers import entry, schedule_event
@@ -50,7 +51,12 @@ def expressions(table: ObjectTable) -> list[str]:
     return [m.expression for m in state.vme.metrics]
 
 
+def versions(outcome: str) -> float:
+    return obs.REGISTRY.get_sample_value("prescaler_event_versions_total", {"outcome": outcome}) or 0.0
+
+
 def test_a_status_write_coming_back_is_not_parsed_again(parses: list[str]) -> None:
+    parsed, unchanged = versions("parsed"), versions("unchanged")
     table = ObjectTable()
     assert table.apply(stored()).changed
     echoed = copy.deepcopy(stored())
@@ -60,6 +66,7 @@ def test_a_status_write_coming_back_is_not_parsed_again(parses: list[str]) -> No
     assert not change.changed and not change.start and not change.stop
     assert parses == ["e"]
     assert table.feeds()[0].name == "e"  # still loaded, with its source
+    assert (versions("parsed") - parsed, versions("unchanged") - unchanged) == (1, 1)  # what /metrics shows
 
 
 def test_a_new_generation_is_parsed_and_loaded(parses: list[str]) -> None:
