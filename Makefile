@@ -56,6 +56,7 @@ bench: install tools
 	$(PY) bench/serve.py
 	$(PY) bench/timeline.py
 	$(PY) bench/scale.py
+	$(PY) bench/cluster_start.py  # the control plane of make e2e (built once, cached)
 	$(PY) bench/forecast.py
 	$(PY) bench/scaling.py
 	$(PY) bench/fusion.py
