@@ -175,6 +175,20 @@ def test_failed_source_shows_in_status(plane: ControlPlane, prescaler: Prescaler
         )
         assert conds["SourceHealthy"]["reason"] in ("FetchFailed", "Stale")
         assert conds["Ready"]["status"] == "False"
+        # The condition change is also a Kubernetes Event, created through the real API server (in
+        # "default": the object is cluster-scoped), as `kubectl describe` and `kubectl get events` show.
+        events = wait_for(
+            lambda: [
+                e
+                for e in plane.get_json(
+                    "events", "-n", "default", "--field-selector", "involvedObject.name=unreachable-vme"
+                ).get("items", [])
+                if e.get("type") == "Warning" and e.get("source", {}).get("component") == "prescaler"
+            ],
+            60,
+            "a Warning Event for unreachable-vme",
+        )
+        assert events[0]["involvedObject"]["kind"] == "VirtualMetricEvent"
     finally:
         plane.kubectl("delete", "virtualmetricevent", "unreachable-vme", "--wait=false")
 
