@@ -80,16 +80,14 @@ class HpaBands:
     def refresh(self, namespaces: Iterable[str]) -> None:
         """List the HPAs of these namespaces (blocking: run it in a thread). A namespace that cannot
         be read keeps no bands: its targets are served unchanged until the next refresh works."""
-        from kubernetes import client
         from kubernetes.client.rest import ApiException
 
-        from adapter.store.leadtime import _json
+        from adapter.store.kube_json import list_hpas
 
-        api = client.AutoscalingV2Api(self.api_client)
         found: dict[tuple[str, str, str], HpaBand] = {}
         for namespace in sorted(set(namespaces)):
             try:
-                listing = _json(api.list_namespaced_horizontal_pod_autoscaler(namespace, _preload_content=False))
+                listing = list_hpas(self.api_client, namespace)
             except (ApiException, ValueError, OSError) as exc:
                 # Loud once (an RBAC mistake shows here), then quiet until it works again: the
                 # targets' status.toleranceStep says Unknown meanwhile.

@@ -9,7 +9,7 @@ matters: the kubeconfig or in-cluster configuration, TLS, the bearer token (and 
 connection pool, and the same `ApiException` on an answer that is not 2xx.
 
 Only the calls prescaler makes are here: reading a Secret, a ConfigMap (and watching it), a
-Deployment, listing Pods, creating an Event. Each returns the object as a dict.
+Deployment, listing Pods and HorizontalPodAutoscalers, creating an Event. Each returns the object as a dict.
 """
 
 from __future__ import annotations
@@ -114,6 +114,11 @@ def read_deployment(api_client: Any, namespace: str, name: str, timeout: float |
 def list_pods(api_client: Any, namespace: str, label_selector: str, timeout: float | None = None) -> dict[str, Any]:
     path = _path("/api/v1/namespaces/{ns}/pods", ns=namespace)
     return request_json(api_client, "GET", path, [("labelSelector", label_selector)], timeout=timeout)
+
+
+def list_hpas(api_client: Any, namespace: str, timeout: float | None = None) -> dict[str, Any]:
+    path = _path("/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers", ns=namespace)
+    return request_json(api_client, "GET", path, timeout=timeout)
 
 
 def create_event(api_client: Any, namespace: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:

@@ -6,7 +6,6 @@ and apply the rule in adapter.sim.leadtime, which the simulator shares.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -55,14 +54,6 @@ def pod_startups(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, float]]:
         out.append((created, str(meta.get("name", "")), ready - created))
     out.sort()
     return [(name, seconds) for _, name, seconds in out]
-
-
-def _json(response: Any) -> dict[str, Any]:
-    """The body of a `_preload_content=False` response as a dict (ValueError if it is not one)."""
-    body = json.loads(response.data)
-    if not isinstance(body, dict):
-        raise ValueError("the API returned no object")
-    return body
 
 
 def selector_string(match_labels: Mapping[str, str]) -> str:
@@ -116,19 +107,15 @@ def hpa_reader(api_client: Any) -> Any:
     """(namespace, deployment) -> the HpaSpec of the HPA that scales it, or None (then: default policy).
 
     Read-only (get/list horizontalpodautoscalers); an HPA that cannot be parsed counts as none."""
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     from adapter.errors import ValidationError
     from adapter.sim.hpa_spec import parse_hpa
+    from adapter.store.kube_json import list_hpas
 
     def read(namespace: str, name: str) -> HpaSpec | None:
         try:
-            listing = _json(
-                client.AutoscalingV2Api(api_client).list_namespaced_horizontal_pod_autoscaler(
-                    namespace, _preload_content=False
-                )
-            )
+            listing = list_hpas(api_client, namespace)
         except (ApiException, ValueError, OSError):
             return None
         for doc in listing.get("items") or []:
