@@ -163,7 +163,4 @@ class LoopHandOff:
     def _schedule(self, pause: float) -> None:
         if not self._scheduled and self.loop is not None:
             self._scheduled = True
-            if pause > 0:
-                self.loop.call_later(pause, self._run)
-            else:
-                self.loop.call_soon(self._run)
+            self.loop.call_later(pause, self._run)  # 0: the next turn of the loop, as call_soon

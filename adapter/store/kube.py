@@ -178,8 +178,8 @@ class _Reflector:
         """The list call, in a form whose events the watch hands over as parsed JSON.
 
         Given the generated method, the watch finds its return type (`object`) and "deserializes"
-        every event into it: json.dumps and json.loads of an object it has just parsed, 2 ms of this
-        thread's time (with the GIL) for each 100 KB event. Without a return annotation it does not."""
+        every event into it: json.dumps and json.loads of an object it has just parsed, about 4 ms of
+        this thread's time (with the GIL) for each 100 KB event. Without a return annotation it does not."""
         api = self._api()
 
         def list_objects(*args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]  # no annotation: see above
