@@ -241,10 +241,75 @@ def build_timelines(
 def _build_arrays(
     n_keys: int, table: Sequence[MetricPolicy], which: np.ndarray, contributions: ContributionArrays
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(pre values, offsets, breakpoints in unix ms, values) for keys 0..n_keys-1."""
-    policy = _PolicyColumns(table, which)
-    default = policy.default.per_key
+    """(pre values, offsets, breakpoints in unix ms, values) for keys 0..n_keys-1.
 
+    Written for memory as much as for speed: at 100 000 keys each temporary is megabytes, and
+    fresh memory costs a page fault per 4 KiB. So each step is a function whose temporaries are
+    freed when it returns, arrays are updated in place where the arithmetic is the same, and
+    what a step no longer needs is dropped (`del`) before the next one allocates."""
+    policy = _PolicyColumns(table, which)
+    breaks, break_key, f = _merged_load(policy, contributions)
+    # --- V: lookahead peak over [t, t + leadTime] -------------------------------------------------
+    if len(breaks) and policy.lead_ms.any_positive(break_key):
+        per_key = np.bincount(break_key, minlength=n_keys)
+        first = np.cumsum(per_key)
+        first -= per_key  # index of each key's first breakpoint
+        del per_key
+        lead = policy.lead_ms.at(break_key)
+        del break_key
+        v, v_breaks, v_key = _lookahead_peak(policy, breaks, lead, f, first)
+        del breaks, f, first, lead
+    else:
+        v, v_breaks, v_key = f, breaks, break_key
+    if len(v) and policy.clamps:
+        v = np.clip(v, policy.lo_clamp.at(v_key), policy.hi_clamp.at(v_key))
+    pre = np.clip(policy.default.per_key, policy.lo_clamp.per_key, policy.hi_clamp.per_key)
+
+    counts = np.bincount(v_key, minlength=n_keys) if len(v_key) else np.zeros(n_keys, np.int64)
+    del v_key
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64, copy=False)
+    plain_ms = v_breaks  # made by this build alone: changed in place
+    plain_ms &= _TIME_MASK
+    plain_ms -= _SHIFT
+    return pre, offsets, plain_ms, v.astype(float, copy=False)
+
+
+def _merged_load(
+    policy: _PolicyColumns, contributions: ContributionArrays
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """F, the merged load: the sorted unique edges (key in the high bits), each edge's key, and F
+    on each segment [breaks[j], breaks[j+1])."""
+    edges, value = _edges(policy, contributions)
+    breaks, rank = _unique_with_rank(edges)
+    del edges
+    n_c = len(value)
+    seg, seg_val = _expand_ranges(rank[:n_c], rank[n_c:], value)
+    del rank, value
+    n_b = len(breaks)
+    count = np.bincount(seg, minlength=n_b)
+    # The Sum; the other strategies overwrite it. (Float even when empty: bincount then gives ints.)
+    f = np.bincount(seg, weights=seg_val, minlength=n_b).astype(float, copy=False)
+    break_key = breaks >> _TIME_BITS
+    strategies = policy.strategy.present(break_key)
+    extrema = _group_extrema(seg, seg_val, n_b) if strategies & {1, 2} else None
+    del seg, seg_val
+    active = count > 0
+    if 3 in strategies:
+        avg_mask = active if strategies == {3} else active & (policy.strategy.at(break_key) == 3)
+        f[avg_mask] /= count[avg_mask]
+    if extrema is not None:
+        for code, extreme in zip((1, 2), extrema):
+            if code in strategies:
+                mask = active if strategies == {code} else active & (policy.strategy.at(break_key) == code)
+                np.copyto(f, extreme, where=mask)
+    idle = np.logical_not(active, out=active)
+    np.copyto(f, policy.default.at(break_key), where=idle)  # no contribution active: the default
+    return breaks, break_key, f
+
+
+def _edges(policy: _PolicyColumns, contributions: ContributionArrays) -> tuple[np.ndarray, np.ndarray]:
+    """Every contribution's start edge, then every end edge (`key << 43 | shifted ms`, the end after
+    holdTime), and the values; contributions with a non-finite value or an empty window are left out."""
     kidx = np.asarray(contributions.key, dtype=np.int64)
     start = to_ms(contributions.start)
     start += _SHIFT
@@ -256,54 +321,29 @@ def _build_arrays(
         keep = np.isfinite(value) & (end > start)
         if not keep.all():
             kidx, start, end, value = kidx[keep], start[keep], end[keep], value[keep]
+    n_c = len(kidx)
+    edges = np.empty(2 * n_c, dtype=np.int64)
+    key_shift = np.left_shift(kidx, _TIME_BITS, out=edges[n_c:])  # kept in the second half until the end edges
+    np.bitwise_or(key_shift, start, out=edges[:n_c])
+    np.bitwise_or(key_shift, end, out=key_shift)
+    return edges, value
 
-    # --- F: merged load per segment --------------------------------------------------------------
-    key_shift = kidx << _TIME_BITS
-    edges = np.empty(2 * len(kidx), dtype=np.int64)
-    np.bitwise_or(key_shift, start, out=edges[: len(kidx)])
-    np.bitwise_or(key_shift, end, out=edges[len(kidx) :])
-    breaks, rank = _unique_with_rank(edges)  # segment j = [breaks[j], breaks[j+1])
-    i_s, i_e = rank[: len(kidx)], rank[len(kidx) :]
-    seg, seg_val = _expand_ranges(i_s, i_e, value)
-    n_b = len(breaks)
-    count = np.bincount(seg, minlength=n_b)
-    total = np.bincount(seg, weights=seg_val, minlength=n_b)
-    break_key = breaks >> _TIME_BITS
-    active = count > 0
-    f = np.where(active, total, policy.default.at(break_key))
-    strategies = policy.strategy.present(break_key)
-    if 3 in strategies:
-        avg_mask = active if strategies == {3} else active & (policy.strategy.at(break_key) == 3)
-        f[avg_mask] = total[avg_mask] / count[avg_mask]
-    if 1 in strategies or 2 in strategies:
-        seg_max, seg_min = _group_extrema(seg, seg_val, n_b)
-        for code, extreme in ((1, seg_max), (2, seg_min)):
-            if code in strategies:
-                mask = active if strategies == {code} else active & (policy.strategy.at(break_key) == code)
-                f = np.where(mask, extreme, f)
 
-    # --- V: lookahead peak over [t, t + leadTime] -------------------------------------------------
-    per_key = np.bincount(break_key, minlength=n_keys) if n_b else np.zeros(n_keys, np.int64)
-    first = np.concatenate([[0], np.cumsum(per_key)])[:-1]  # index of each key's first breakpoint
-    if n_b and policy.lead_ms.any_positive(break_key):
-        cand, lo, hi = _lookahead_windows(breaks, policy.lead_ms.at(break_key))
-        cand_key = cand >> _TIME_BITS
-        first_of_cand = first[cand_key]
-        before_first = lo < first_of_cand  # window starts before the key's first edge: default is in it
-        lo = np.where(before_first, first_of_cand, lo)
-        v = _range_max(f, lo, hi)
-        v = np.where(before_first, np.maximum(v, policy.default.at(cand_key)), v)
-        v_breaks, v_key = cand, cand_key
-    else:
-        v, v_breaks, v_key = f, breaks, break_key
-    if len(v) and policy.clamps:
-        v = np.clip(v, policy.lo_clamp.at(v_key), policy.hi_clamp.at(v_key))
-    pre = np.clip(default, policy.lo_clamp.per_key, policy.hi_clamp.per_key)
-
-    counts = np.bincount(v_key, minlength=n_keys) if len(v_key) else np.zeros(n_keys, np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64, copy=False)
-    plain_ms = (v_breaks & _TIME_MASK) - _SHIFT
-    return pre, offsets, plain_ms.astype(np.int64, copy=False), v.astype(float, copy=False)
+def _lookahead_peak(
+    policy: _PolicyColumns, breaks: np.ndarray, lead: np.ndarray | np.generic, f: np.ndarray, first: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """V = the max of F over [t, t + leadTime] at V's candidate breakpoints: (V, the candidates,
+    their keys). `first[k]` is the index of key k's first break."""
+    cand, lo, hi = _lookahead_windows(breaks, lead)
+    cand_key = cand >> _TIME_BITS
+    first_of_cand = first[cand_key]
+    before_first = lo < first_of_cand  # the window starts before the key's first edge: the default is in it
+    np.maximum(lo, first_of_cand, out=lo)
+    del first_of_cand
+    v = _range_max(f, lo, hi)
+    del lo, hi
+    np.maximum(v, policy.default.at(cand_key), out=v, where=before_first)
+    return v, cand, cand_key
 
 
 class _Column:
@@ -358,11 +398,13 @@ def _unique_with_rank(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keep = np.ones(len(ordered), dtype=bool)
     if len(ordered) > 1:
         np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    rank = np.empty(len(values), dtype=np.int64)
-    position = np.cumsum(keep)
+    unique = ordered[np.flatnonzero(keep)]
+    position = np.cumsum(keep, out=ordered)  # the sorted copy is not needed any more: reuse it
+    del keep
     position -= 1
+    rank = np.empty(len(values), dtype=np.int64)
     rank[order] = position
-    return ordered[np.flatnonzero(keep)], rank
+    return unique, rank
 
 
 def _lookahead_windows(breaks: np.ndarray, lead: np.ndarray | np.generic) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -388,14 +430,18 @@ def _lookahead_windows(breaks: np.ndarray, lead: np.ndarray | np.generic) -> tup
     # Values are distinct (breaks are, and so are shifted ones), so equal ones differ in the low bit only.
     step = np.bitwise_xor(merged[1:], merged[:-1])
     np.not_equal(step, 1, out=last[:-1])
-    shifted_le = np.bitwise_and(merged, 1, out=np.empty_like(merged))
-    np.cumsum(shifted_le, out=shifted_le)
+    del step
     at = np.flatnonzero(last)  # integer gathers: boolean masks of this size are several times slower
-    hi = shifted_le[at]
-    hi -= 1
+    del last
     cand = merged[at]
     cand >>= 1
-    lo = at - hi
+    shifted_le = np.bitwise_and(merged, 1, out=merged)  # merged is not needed any more: reuse it
+    np.cumsum(shifted_le, out=shifted_le)
+    hi = shifted_le[at]
+    del merged, shifted_le
+    hi -= 1
+    lo = at  # at - hi - 1, in place
+    lo -= hi
     lo -= 1
     return cand, lo, hi
 
@@ -443,7 +489,8 @@ def _range_max(f: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     if top == 0:
         return f[lo]
     if int(lengths.max()) == 2:  # the usual case (edges far apart compared with leadTime)
-        return np.maximum(f[lo], f[hi])
+        out = f[lo]
+        return np.maximum(out, f[hi], out=out)
     table = np.empty((top + 1, n))
     table[0] = f
     for j in range(1, top + 1):
