@@ -267,6 +267,7 @@ def test_layered_targets_behave_like_the_dict_they_stand_for() -> None:
     names = [f"r{i}" for i in range(3000)]
     expected = {n: t(n) for n in names[:2000]}
     layered: object = dict(expected)
+    versions: list[tuple[object, dict[str, Target]]] = []  # every version and what it stood for then
     for step in range(40):
         changed = {n: t(n, step) for n in rng.sample(names, 60)}
         removed = {n for n in rng.sample(names, 20) if n not in changed}
@@ -274,10 +275,15 @@ def test_layered_targets_behave_like_the_dict_they_stand_for() -> None:
         expected.update(changed)
         for n in removed:
             expected.pop(n, None)
+        versions.append((layered, dict(expected)))
         assert dict(layered) == expected and len(layered) == len(expected)  # type: ignore[call-overload, arg-type]
+        assert len(list(layered)) == len(expected)  # type: ignore[call-overload]  # each name once
         probe = rng.choice(names)
         assert (probe in layered) == (probe in expected)  # type: ignore[operator]
         assert layered.get(probe) == expected.get(probe)  # type: ignore[attr-defined]
+    # Older versions (a query may still hold one) never change when newer ones are made on them.
+    for version, then in versions:
+        assert dict(version) == then  # type: ignore[call-overload]
 
 
 def test_a_heavy_target_gets_a_piece_of_its_own() -> None:
