@@ -5,7 +5,8 @@
 Prints: time and peak memory to rebuild 100 000 targets from 1 000 000 items (goal < 1 s, < 1 GB),
 vectorised expression throughput; then, in the engine as `prescaler serve` runs it, with 100 000
 targets in one namespace and 1 000 000 contributions loaded: how long after one source's new snapshot
-its new values are served (goal <= 50 ms: only its targets are rebuilt), a full rebuild (goal <= 0.5 s;
+its new values are served (goal <= 50 ms: only its targets are rebuilt), the event loop's longest
+steps while a snapshot arrives every 0.3 s for --steps-seconds, a full rebuild (goal <= 0.5 s;
 median of --runs; with --compare also the build before issue 12, run alternately in the same process)
 and its peak memory per 100 000 targets; and the in-process cost of one query with 10 vs 100 000
 targets loaded (goal: ratio <= 1.2).
@@ -161,7 +162,41 @@ async def until_idle(engine: Engine, timeout: float = 300.0, poll: float = 0.001
         await asyncio.sleep(poll)
 
 
-def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, compare: bool = False) -> None:
+SNAPSHOT_EVERY = 0.3  # seconds: about the delivering phase of bench/scale.py (3.3 snapshots/s)
+
+
+async def loop_steps(engine: Engine, items_per_source: int, seconds: float) -> tuple[list[float], int, int]:
+    """Feed a 1 000-target snapshot to a random source every SNAPSHOT_EVERY s and time how long a
+    task that is always ready waits for its next turn: the longest steps the loop ran meanwhile, which
+    is what a request arriving then would wait. Returns the five longest waits, the number over 4 ms
+    and the snapshots fed."""
+    waits: list[float] = []
+    stop = False
+
+    async def ticker() -> None:
+        while not stop:
+            before = time.perf_counter()
+            await asyncio.sleep(0)
+            waits.append(time.perf_counter() - before)
+
+    probe = asyncio.get_running_loop().create_task(ticker())
+    rng = np.random.default_rng(12)
+    snapshots = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        name = f"ev-{int(rng.integers(len(engine.events)))}"
+        engine._on_snapshot(name, snapshot_items(items_per_source, 100.0 + snapshots))
+        snapshots += 1
+        await asyncio.sleep(SNAPSHOT_EVERY)
+    await until_idle(engine)
+    stop = True
+    await probe
+    return sorted(waits, reverse=True)[:5], sum(1 for w in waits if w > 0.004), snapshots
+
+
+def bench_partitioned(
+    n_targets: int, items_per_source: int, runs: int = 5, compare: bool = False, steps_seconds: float = 20.0
+) -> None:
     """One source's new snapshot -> its new values served, with everything else loaded."""
 
     async def go() -> None:
@@ -180,6 +215,7 @@ def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, comp
             latencies.append(time.perf_counter() - started)
             await until_idle(engine, poll=0.0005)
             whole.append(time.perf_counter() - started)
+        longest, steps, snapshots = await loop_steps(engine, items_per_source, steps_seconds)
         feeds = engine.table.feeds()
         metrics = engine.names.served
         gc.collect()
@@ -212,6 +248,11 @@ def bench_partitioned(n_targets: int, items_per_source: int, runs: int = 5, comp
             f"median {statistics.median(latencies) * 1000:.1f} ms, worst {max(latencies) * 1000:.1f} ms of 20; "
             f"all of them: median {statistics.median(whole) * 1000:.1f} ms, worst {max(whole) * 1000:.1f} ms "
             f"(goal <= 50 ms)"
+        )
+        print(
+            f"  {snapshots} snapshots of 1,000 targets, one every {SNAPSHOT_EVERY} s for {steps_seconds:.0f} s, "
+            f"no requests: the longest waits of a ready task on the event loop (its longest steps) "
+            f"{', '.join(f'{x * 1000:.1f}' for x in longest)} ms; {steps} waits over 4 ms"
         )
         print(
             f"  full rebuild of everything: median {full:.3f} s of {runs} (min {min(fulls):.3f}, max "
@@ -271,11 +312,14 @@ def main() -> None:
         "--compare", action="store_true", help="also time the full rebuild as built before issue 12, alternating"
     )
     parser.add_argument("--full-only", action="store_true", help="only the partitioned and full rebuild figures")
+    parser.add_argument(
+        "--steps-seconds", type=float, default=20.0, help="how long snapshots arrive for the loop steps"
+    )
     args = parser.parse_args()
     if not args.full_only:
         bench_rebuild(args.targets, args.items)
         bench_expressions(args.items)
-    bench_partitioned(args.targets, max(1, args.items // args.targets), args.runs, args.compare)
+    bench_partitioned(args.targets, max(1, args.items // args.targets), args.runs, args.compare, args.steps_seconds)
     if args.full_only:
         return
     small = bench_query(10)

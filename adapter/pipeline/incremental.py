@@ -289,7 +289,7 @@ class LayeredTargets(Mapping[str, Target]):
     targets in a new version of the map that shares everything else with the old one: no copy of
     the changes made so far (a dict on top had to be copied for every snapshot: up to 25 000
     entries), and no fold of the changes into a fresh 100 000-entry dict on the event loop (one
-    such fold, with the old base's release, stalled the loop for 20-45 ms). A removed target's
+    such fold, with the old base's release, stalled the loop for 45-48 ms). A removed target's
     entry on top is None."""
 
     __slots__ = ("_base", "_top", "_len")
