@@ -13,8 +13,9 @@
 
 Recurring windows are wall-clock times: 20:00 local is 20:00 local on both sides of a DST change.
 Cron expressions are therefore expanded on *naive local* time and each occurrence is then placed in
-the zone; a local time skipped by a spring-forward gap maps to the instant one offset later, and a
-time repeated by a fall-back fold is taken once (its first occurrence), as most cron daemons do.
+the zone; a local time skipped by a spring-forward gap maps to the instant one offset later (once:
+where the real time after the gap falls on that instant too, it is one occurrence), and a time
+repeated by a fall-back fold is taken once (its first occurrence), as most cron daemons do.
 
 The source never goes stale: it needs nothing from outside. Its fetch can still fail, and say so in
 status, when a calendar expands to more items than one object (MAX_ITEMS_PER_CALENDAR) or all
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -359,6 +361,7 @@ def _cron_occurrences(
     cursor = _local_naive(begin - 3600.0, window.zone)
     stop = _local_naive(hi + 3600.0, window.zone)
     iterator = croniter(window.cron, cursor)
+    last = -math.inf
     for _ in range(MAX_OCCURRENCES):
         naive = iterator.get_next(dt.datetime)
         if naive > stop:
@@ -366,6 +369,11 @@ def _cron_occurrences(
         if naive.date() in window.exclude:
             continue
         start = _instant(naive, window.zone)
+        if start <= last:
+            # A time skipped by a spring-forward gap lands one offset later, on an instant the
+            # real time after the gap has too (*/7: 02:00 is 03:00): that instant is one occurrence.
+            continue
+        last = start
         end = start + window.duration
         if end > lo and start < hi and (after is None or start >= after):
             yield start, end

@@ -52,6 +52,22 @@ def test_extending_equals_expanding_from_scratch(windows, zone, lookahead, steps
         previous = extended
 
 
+def test_a_spring_forward_gap_gives_each_instant_once_in_both_ways() -> None:
+    # 02:00 and 02:07 New York do not exist on 2024-03-10; they land on 03:00 and 03:07, which the
+    # real times after the gap have too. Found by the test above (steps 25 201 s, then 420 s).
+    cfg = config([{"cron": "*/7 * * * *", "duration": "3m"}], "America/New_York", "48h")
+    now = START
+    previous = expand(cfg, now)
+    for step in (25_201.0, 420.0):
+        now += step
+        extended = expand(cfg, now, previous=previous)
+        fresh = expand(cfg, now)
+        assert extended.items == fresh.items
+        ids = [item.id for item in fresh.items]
+        assert len(ids) == len(set(ids)), "an instant listed twice"
+        previous = extended
+
+
 def test_the_next_minute_computes_one_occurrence_not_the_whole_horizon(monkeypatch) -> None:
     cfg = config([{"cron": "* * * * *", "duration": "1m"}], "UTC", "48h")
     first = expand(cfg, START)
