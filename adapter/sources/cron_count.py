@@ -69,14 +69,23 @@ def _minute_of_day(moment: dt.datetime) -> int:
     return whole + (1 if moment.second or moment.microsecond else 0)
 
 
+def _local_moment(instant: float, zone: ZoneInfo) -> dt.datetime:
+    """Naive local time of `instant`, never before it: datetime keeps microseconds, and rounding a
+    moment 0.1 us after a whole minute down onto the minute would count that minute's firing in."""
+    aware = dt.datetime.fromtimestamp(instant, zone)
+    if aware.timestamp() < instant:
+        aware += dt.timedelta(microseconds=1)
+    return aware.replace(tzinfo=None)
+
+
 def count_starts(cron: str, zone: ZoneInfo, exclude: frozenset[dt.date], start: float, end: float) -> int | None:
     """Firings of `cron` in `zone` at instants in [start, end), skipping the dates in `exclude`."""
     fields = _fields(cron)
     if fields is None or end <= start:
         return None if fields is None else 0
     times, days, months, weekdays = fields
-    first = dt.datetime.fromtimestamp(start, zone).replace(tzinfo=None)
-    last = dt.datetime.fromtimestamp(end, zone).replace(tzinfo=None)
+    first = _local_moment(start, zone)
+    last = _local_moment(end, zone)
     count = 0
     day = first.date()
     while day <= last.date():

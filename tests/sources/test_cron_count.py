@@ -102,3 +102,11 @@ def test_a_calendar_that_fits_exactly_still_fits() -> None:
     items = expand(config, START, take=lambda n: budget.take("only", n)).items
     budget.commit("only", len(items))
     assert len(items) == size and budget.used == size
+
+
+def test_a_start_a_tenth_of_a_microsecond_after_a_firing_does_not_count_it() -> None:
+    # Found by the test above: datetime rounded START + 1.19e-07 down onto the minute.
+    tz = ZoneInfo("UTC")
+    start = START + 1.192092896e-07
+    assert count_starts("* * * * *", tz, frozenset(), start, start + 1.0) == 0
+    assert count_starts("* * * * *", tz, frozenset(), START - 1.0, START + 1.192092896e-07) == 1
