@@ -34,13 +34,16 @@ INLINE_TARGETS = 500
 INTERVALS_PER_TARGET = 10
 
 
-def _weigher(by_name: Mapping[str, EventFeed], events: Collection[str]) -> Callable[[Partition, str], int]:
-    """How many units each target of an item snapshot counts for (see split_targets)."""
+def _weigher(by_name: Mapping[str, EventFeed], events: Collection[str]) -> Callable[[Partition, str], int] | None:
+    """How many units each target of an item snapshot counts for (see split_targets); None when every
+    target counts as one."""
     heavy: dict[tuple[str, str, str], int] = {}  # only the keys with many intervals: a small dict
     for feed in (by_name[name] for name in events if name in by_name):
         for key, arrays in feed.contributions.items():
             if len(arrays[0]) >= INTERVALS_PER_TARGET:
                 heavy[key] = heavy.get(key, 0) + len(arrays[0])
+    if not heavy:
+        return None
 
     def weight(partition: Partition, resource: str) -> int:
         return 1 + heavy.get((partition[0], partition[1], resource), 0) // INTERVALS_PER_TARGET

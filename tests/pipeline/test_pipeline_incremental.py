@@ -299,3 +299,56 @@ def test_a_heavy_target_gets_a_piece_of_its_own() -> None:
     assert sum(sizes) == 600 and all(units <= 500 for units in sizes)
     (alone,) = [piece for piece in weighted if "t001" in piece[("rps", "ns")]]
     assert len(alone[("rps", "ns")]) <= 101  # the heavy one and at most 100 light ones
+
+
+def test_pieces_without_weights_are_the_pieces_of_weight_one() -> None:
+    """split_targets cuts unweighted targets in slices; the pieces must be exactly those of the
+    target-by-target rule with every target counting one (across partitions too)."""
+    from adapter.pipeline.incremental import split_targets
+
+    rng = random.Random(3)
+    for _ in range(200):
+        targets = {
+            ("m", f"ns-{p}"): {f"r{rng.randrange(40)}" for _ in range(rng.randrange(0, 30))}
+            for p in range(rng.randrange(0, 5))
+        }
+        size = rng.choice((-1, 0, 1, 2, 3, 7, 10, 500))
+        assert split_targets(targets, size) == split_targets(targets, size, lambda partition, resource: 1)
+
+
+def test_layered_targets_replace_whole_pieces_and_still_behave_like_the_dict() -> None:
+    """The same pieces again (a source's next snapshot) replace their groups whole; pieces that cut
+    across earlier ones, removals and targets the base never had must give the same mapping as a
+    dict, and every older version must still stand for what it did."""
+    from adapter.pipeline.incremental import LayeredTargets
+    from adapter.pipeline.publish import Target
+
+    rng = random.Random(8)
+    names = [f"r{i:04d}" for i in range(1200)]
+    pieces = [names[i : i + 50] for i in range(0, 1000, 50)]  # 200 names the base never has
+    expected = {n: Target(n, 0, {"resource": n}) for n in names[:1000]}
+    layered: object = dict(expected)
+    versions: list[tuple[object, dict[str, Target]]] = []
+    for step in range(300):
+        roll = rng.random()
+        if roll < 0.6:
+            chosen = rng.choice(pieces)  # the same targets again
+        elif roll < 0.8:
+            start = rng.randrange(0, 1150)
+            chosen = names[start : start + rng.randrange(1, 80)]  # across pieces, new names too
+        else:
+            chosen = rng.sample(names, rng.randrange(1, 40))
+        removed = {n for n in chosen if rng.random() < 0.1}
+        changed = {n: Target(n, step, {"resource": n}) for n in chosen if n not in removed}
+        layered = LayeredTargets.on(layered, changed, removed)  # type: ignore[arg-type]
+        expected.update(changed)
+        for n in removed:
+            expected.pop(n, None)
+        versions.append((layered, dict(expected)))
+        assert len(layered) == len(expected)  # type: ignore[arg-type]
+        assert sorted(layered) == sorted(expected)  # type: ignore[call-overload]  # each name once
+        for probe in rng.sample(names, 30):
+            assert (probe in layered) == (probe in expected)  # type: ignore[operator]
+            assert layered.get(probe) == expected.get(probe)  # type: ignore[attr-defined]
+    for version, then in versions:
+        assert dict(version) == then  # type: ignore[call-overload]
