@@ -307,7 +307,9 @@ class ObjectTable:
                 if state is None or state.vme is None:
                     self._feeds.pop(name, None)
                 else:
-                    self._feeds[name] = self._feed(state)
+                    fresh = self._feed(state)
+                    fresh.reuse_touches(self._feeds.get(name))
+                    self._feeds[name] = fresh
             self._dirty.clear()
             self._feed_list = None
         if self._feed_list is None:

@@ -57,6 +57,19 @@ class EventFeed:
             out.setdefault((metric, namespace), set()).add(resource)
         return {partition: frozenset(resources) for partition, resources in out.items()}
 
+    def reuse_touches(self, previous: EventFeed | None) -> None:
+        """Take `previous`'s `touches` when it is worked out and holds here too: the same entries (one
+        summary object) and the same contribution keys, as when a source's next snapshot changes only
+        values (working them out again cost about a millisecond per 1 000 targets)."""
+        if (
+            previous is not None
+            and previous.knows_touches()
+            and self.entry_summary is not None
+            and previous.entry_summary is self.entry_summary
+            and previous.contributions.keys() == self.contributions.keys()
+        ):
+            self.__dict__["touches"] = previous.touches
+
     def knows_touches(self) -> bool:
         """`touches` is worked out already (a cached_property keeps its value in the instance)."""
         return "touches" in self.__dict__

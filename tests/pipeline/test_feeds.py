@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapter.items import parse_item
+from adapter.items import Item, parse_item
 from adapter.pipeline.objects import ObjectTable
 from tests.helpers import entry, schedule_event
 
@@ -75,3 +75,28 @@ def test_a_first_snapshot_rebuilds_the_named_targets_not_the_whole_partition() -
     table.apply(by_label)
     change = table.snapshot("e-5", [item])
     assert change.partitions == {("rps", "ns")}  # unknown targets may wait for it: the whole partition
+
+
+def test_touches_are_reused_only_while_they_still_hold() -> None:
+    """A snapshot that changes only values keeps the targets the event touches (reused, not worked
+    out again); one whose items name other targets, or new entries, works them out afresh."""
+    table = ObjectTable()
+    by_label = event(1)
+    by_label["spec"]["metrics"] = [
+        entry("ns", "named", "n"),
+        {"name": "rps", "resource": {"namespace": "ns", "nameFromLabel": "app"}, "value": {"expression": "n"}},
+    ]
+    table.apply(by_label)
+
+    def deliver(value: int, *apps: str) -> object:
+        items = [Item(NOW + k, NOW + 60, {"n": float(value)}, labels={"app": app}) for k, app in enumerate(apps)]
+        table.snapshot("e-1", items)
+        (feed,) = table.feeds()
+        return feed.touches
+
+    first = deliver(1, "a", "b")
+    assert first == {("rps", "ns"): frozenset({"named", "a", "b"})}
+    assert deliver(2, "a", "b") is first  # only the values changed
+    assert deliver(3, "a", "c") == {("rps", "ns"): frozenset({"named", "a", "c"})}
+    table.apply({**by_label, "spec": {**by_label["spec"], "metrics": by_label["spec"]["metrics"][1:]}})
+    assert deliver(4, "a", "c") == {("rps", "ns"): frozenset({"a", "c"})}  # new entries: "named" is gone
