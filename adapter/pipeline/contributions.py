@@ -61,6 +61,35 @@ class EntrySummary:
 
 
 @dataclass(frozen=True)
+class EntryLayout:
+    """How `compute_contributions` takes a snapshot in bulk, worked out once per entries list. When
+    every entry names its target and no two name the same one (the usual shape: one entry per
+    target, a handful of formulas), each distinct expression is evaluated once and the keys take its
+    arrays in one go: the loop over a thousand entries cost about 1.5 ms of the event loop per
+    snapshot. `keys` is None when that shape does not apply."""
+
+    keys: tuple[Key, ...] | None = None  # every entry's target, in entry order
+    expression_of_key: tuple[int, ...] = ()  # per key, its expression's index in `expressions`
+    expressions: tuple[CompiledExpression, ...] = ()  # distinct by text, in order of first use
+
+    @staticmethod
+    def of(entries: Sequence[EntryPlan]) -> EntryLayout:
+        keys = tuple((e.metric, e.namespace, e.name) for e in entries if e.name is not None)
+        if len(keys) != len(entries) or len(set(keys)) != len(keys):
+            return EntryLayout()
+        index: dict[str, int] = {}
+        expressions: list[CompiledExpression] = []
+        of_key: list[int] = []
+        for entry in entries:
+            at = index.get(entry.expression.text)
+            if at is None:
+                at = index[entry.expression.text] = len(expressions)
+                expressions.append(entry.expression)
+            of_key.append(at)
+        return EntryLayout(keys, tuple(of_key), tuple(expressions))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class Contributions:
     """An event's contributions for one item snapshot, grouped by target key."""
 
@@ -108,18 +137,30 @@ def value_names(vme: VirtualMetricEvent) -> frozenset[str] | None:
     return frozenset(names) if names is not None else None
 
 
-def compute_contributions(entries: Sequence[EntryPlan], items: Sequence[Item]) -> Contributions:
-    """Evaluate every entry over every item (vectorised per expression)."""
+def compute_contributions(
+    entries: Sequence[EntryPlan], items: Sequence[Item], layout: EntryLayout | None = None
+) -> Contributions:
+    """Evaluate every entry over every item (vectorised per expression). `layout`: the entries'
+    EntryLayout, when the caller keeps one (the result is the same with or without it)."""
     if not items or not entries:
         return Contributions()
-    parts: dict[Key, list[Arrays]] = {}
-    dropped = 0
-    reasons: list[str] = []
     n = len(items)
     starts = np.fromiter((i.start for i in items), float, n)
     ends = np.fromiter((i.end for i in items), float, n)
     names = set().union(*(e.expression.names for e in entries))
     columns = {name: np.fromiter((i.values.get(name, math.nan) for i in items), float, n) for name in names}
+    if layout is not None and layout.keys is not None:
+        results: list[Arrays] = []
+        for expression in layout.expressions:
+            values = expression.evaluate_many(columns, n)
+            if not np.isfinite(values).all():
+                break  # something to drop and report, entry by entry: the loop below
+            results.append((starts, ends, values))
+        else:
+            return Contributions(dict(zip(layout.keys, map(results.__getitem__, layout.expression_of_key))))
+    parts: dict[Key, list[Arrays]] = {}
+    dropped = 0
+    reasons: list[str] = []
     # Entries often share an expression (1 000 targets, a handful of formulas): evaluate each once,
     # and let the named targets share its arrays.
     evaluated: dict[str, tuple[np.ndarray, np.ndarray, int, Arrays]] = {}

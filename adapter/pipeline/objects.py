@@ -20,6 +20,7 @@ from adapter.items import Item
 from adapter.labels import _label_value_errors, is_label_value
 from adapter.pipeline.contributions import (
     Contributions,
+    EntryLayout,
     EntryPlan,
     EntrySummary,
     Key,
@@ -71,7 +72,7 @@ class EventState:
 
     # Derived from `entries`, remembered per entries list: status refreshes ask for every event
     # several times a second, and an event can have 1 000 entries.
-    _derived: tuple[object, EntrySummary] | None = field(default=None, repr=False, compare=False)
+    _derived: tuple[object, EntrySummary, EntryLayout] | None = field(default=None, repr=False, compare=False)
     _named_problems: tuple[object, dict[str, str], frozenset[tuple[str, str]]] | None = field(
         default=None, repr=False, compare=False
     )
@@ -99,10 +100,17 @@ class EventState:
 
     @property
     def summary(self) -> EntrySummary:
+        return self._derived_from_entries()[1]
+
+    @property
+    def layout(self) -> EntryLayout:
+        return self._derived_from_entries()[2]
+
+    def _derived_from_entries(self) -> tuple[object, EntrySummary, EntryLayout]:
         derived = self._derived
         if derived is None or derived[0] is not self.entries:
-            derived = self._derived = (self.entries, EntrySummary.of(self.entries))
-        return derived[1]
+            derived = self._derived = (self.entries, EntrySummary.of(self.entries), EntryLayout.of(self.entries))
+        return derived
 
     @property
     def named_target_problems(self) -> dict[str, str]:
@@ -370,7 +378,7 @@ class ObjectTable:
     @staticmethod
     def set_items(state: EventState, items: list[Item], change: Change) -> None:
         state.items = items
-        state.contributions = compute_contributions(state.entries, items)
+        state.contributions = compute_contributions(state.entries, items, state.layout)
         state.unreachable = unreachable_targets(state, state.contributions.by_key)
         if state.contributions.dropped:
             change.dropped[state.name] = state.contributions.dropped
