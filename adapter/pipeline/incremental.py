@@ -62,7 +62,7 @@ def split_targets(
         return pieces
     for partition, resources in targets.items():
         for resource in sorted(resources):
-            units = 1 if weight is None else max(1, weight(partition, resource))
+            units = max(1, weight(partition, resource))
             if count + units > size and count:
                 pieces.append({})
                 count = 0
@@ -217,12 +217,12 @@ def _update_partition(
         for resource in resources.intersection(feed.touches.get(partition, ())):
             before = changed_touch.get(resource)
             changed_touch[resource] = alone if before is None else before + alone
-    # Each changed target's events: the unchanged ones that touched it before, plus the changed ones
-    # that touch it now, sorted; worked out once per distinct (before, changed) pair, since targets
-    # touched by the same events share their `sources` tuple.
     # The same targets as last time (a source's next snapshot): their old versions are one group's.
     group = view.by_resource.group_of(resources) if isinstance(view.by_resource, LayeredTargets) else None
     lookup = group.get if group is not None else view.by_resource.get
+    # Each changed target's events: the unchanged ones that touched it before, plus the changed ones
+    # that touch it now, sorted; worked out once per distinct (before, changed) pair, since targets
+    # touched by the same events share their `sources` tuple.
     touching: dict[str, tuple[str, ...]] = {}
     known: set[str] = set()  # of `resources`, those `view` has
     memo: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, ...]] = {}
