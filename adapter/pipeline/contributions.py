@@ -73,8 +73,9 @@ class EntryLayout:
     expressions: tuple[CompiledExpression, ...] = ()  # distinct by text, in order of first use
 
     @staticmethod
-    def of(entries: Sequence[EntryPlan]) -> EntryLayout:
-        keys = tuple((e.metric, e.namespace, e.name) for e in entries if e.name is not None)
+    def of(entries: Sequence[EntryPlan], summary: EntrySummary | None = None) -> EntryLayout:
+        """`summary`: the entries' EntrySummary when the caller has it (its `named` are the keys)."""
+        keys = (summary or EntrySummary.of(entries)).named
         if len(keys) != len(entries) or len(set(keys)) != len(keys):
             return EntryLayout()
         index: dict[str, int] = {}
@@ -86,7 +87,7 @@ class EntryLayout:
                 at = index[entry.expression.text] = len(expressions)
                 expressions.append(entry.expression)
             of_key.append(at)
-        return EntryLayout(keys, tuple(of_key), tuple(expressions))  # type: ignore[arg-type]
+        return EntryLayout(keys, tuple(of_key), tuple(expressions))
 
 
 @dataclass(frozen=True)

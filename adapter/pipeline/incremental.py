@@ -366,7 +366,7 @@ class LayeredTargets(Mapping[str, Target]):
                 gone.append(resource)
         if not entries and not gone:
             return LayeredTargets(base, groups, where, next_group, length)
-        if not gone and entries:
+        if not gone:
             # The usual case: the same targets as a group already holds (the same source's same
             # piece, again): replace that group whole.
             held = where.get(next(iter(entries)))

@@ -109,7 +109,8 @@ class EventState:
     def _derived_from_entries(self) -> tuple[object, EntrySummary, EntryLayout]:
         derived = self._derived
         if derived is None or derived[0] is not self.entries:
-            derived = self._derived = (self.entries, EntrySummary.of(self.entries), EntryLayout.of(self.entries))
+            summary = EntrySummary.of(self.entries)
+            derived = self._derived = (self.entries, summary, EntryLayout.of(self.entries, summary))
         return derived
 
     @property
