@@ -240,6 +240,13 @@ class Process:
             time.sleep(0.3)
         raise ComponentFailed(f"{self.name}: not {what} within {timeout:.0f}s; log {self.log}:\n{self.tail()}")
 
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, with no chance to clean up (a crashed or evicted pod)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.kill()
+        self.proc.wait(10)
+
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

@@ -104,6 +104,9 @@ class PrescalerProcess:
     def stop(self) -> None:
         self.process.stop()
 
+    def kill(self) -> None:
+        self.process.kill()
+
     def running(self) -> bool:
         return self.process.running()
 

@@ -6,6 +6,7 @@ the Lease and which wrote each status update."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -14,10 +15,27 @@ from typing import Any
 import pytest
 
 from tests.e2e.controlplane import ControlPlane
-from tests.e2e.support import NAMESPACE, PrescalerProcess, audit_events, audit_offset, wait_for
+from tests.e2e.support import (
+    NAMESPACE,
+    PrescalerProcess,
+    apiservice_available,
+    audit_events,
+    audit_offset,
+    wait_for,
+)
 
 log = logging.getLogger("e2e.leader")
 LEASE = "prescaler-status-writer"
+FAILOVER_GOAL_SECONDS = 20.0  # from the holder's death to another process holding the Lease
+
+
+def lease_record(plane: ControlPlane) -> tuple[str, str]:
+    """(holderIdentity, renewTime) of the status writers' Lease; empty strings while there is none."""
+    result = plane.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "json", check=False)
+    if result.returncode != 0:
+        return "", ""
+    spec = json.loads(result.stdout).get("spec", {})
+    return spec.get("holderIdentity", ""), spec.get("renewTime", "")
 
 
 def lease_holder(plane: ControlPlane) -> str:
@@ -110,3 +128,54 @@ def test_only_the_lease_holder_writes_status(
         second.stop()
         plane.kubectl("delete", "virtualmetricevent", "probe", "--wait=false", check=False)
     wait_for(lambda: lease_holder(plane).startswith(f"{prescaler.name}_"), 60, "prescaler-a to hold the Lease again")
+
+
+@pytest.mark.timeout(300)
+def test_when_the_holder_dies_the_other_process_writes_status_within_20_seconds(
+    plane: ControlPlane, prescaler: PrescalerProcess, certs: Path, seed: dict[str, str]
+) -> None:
+    """SIGKILL, so nothing releases the Lease: the other process must see it expire and take it."""
+    second = PrescalerProcess(plane, certs, "prescaler-b", plane.service_account_token(NAMESPACE, "prescaler"))
+    b = second.credential_id
+    second.start()
+    try:
+
+        def held_by_a() -> tuple[str, str] | None:
+            record = lease_record(plane)
+            return record if record[0].startswith(f"{prescaler.name}_") else None
+
+        _, renewed = wait_for(held_by_a, 60, "prescaler-a to hold the Lease")
+        # Die right after a renewal, the worst moment: the follower waits a whole lease from then.
+        wait_for(lambda: lease_record(plane)[1] != renewed, 20, "a renewal of the Lease", interval=0.1)
+        prescaler.kill()
+        died = time.monotonic()
+        offset = audit_offset(plane)
+        plane.apply(probe(4))  # a change that only a live status writer can report
+        generation = plane.get_json("virtualmetricevent", "probe")["metadata"]["generation"]
+        wait_for(lambda: lease_record(plane)[0].startswith("prescaler-b_"), 60, "prescaler-b to take the Lease", 0.1)
+        took_lease = time.monotonic() - died
+        wait_for(
+            lambda: (
+                plane.get_json("virtualmetricevent", "probe").get("status", {}).get("observedGeneration") == generation
+            ),
+            60,
+            f"status.observedGeneration {generation} written by prescaler-b",
+        )
+        wrote_status = time.monotonic() - died
+        status_writers = writers(plane, offset, "virtualmetricevents", "probe")
+        log.info(
+            "holder died after a renewal: prescaler-b held the Lease %.1f s later and wrote the pending status %.1f s later",
+            took_lease,
+            wrote_status,
+        )
+        assert status_writers == {b}, (status_writers, b)
+        # Within the goal, and not before the Lease could expire: prescaler-b may have seen the renewal
+        # up to the time it took us to notice it (well under a second) before the kill.
+        assert 14.0 <= took_lease <= FAILOVER_GOAL_SECONDS, took_lease
+    finally:
+        if not prescaler.running():
+            prescaler.start()
+        second.stop()
+        plane.kubectl("delete", "virtualmetricevent", "probe", "--wait=false", check=False)
+    wait_for(lambda: lease_holder(plane).startswith(f"{prescaler.name}_"), 60, "prescaler-a to hold the Lease again")
+    wait_for(lambda: apiservice_available(plane), 90, "the APIService Available again")
