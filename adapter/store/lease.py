@@ -8,8 +8,10 @@ Only the holder writes status (`adapter.store.status`); every replica keeps serv
   clock, so clock skew between nodes cannot make two replicas leaders.
 * The holder renews every ``renew_interval``; followers look every ``retry_interval`` (shorter), so
   after the holder dies the Lease changes hands within lease_duration + 2 x retry_interval
-  (15 s + 4 s with the defaults, like client-go's 15 s / 2 s). Every write is a PUT carrying the observed
-  ``resourceVersion``, so two replicas racing for the Lease cannot both win (one gets 409).
+  (15 s + 2 s with the defaults: client-go's 2 s retry would leave 1 s of a 20 s failover goal for
+  the API server's latency; a follower's look is one GET a second). Every write is a PUT carrying
+  the observed ``resourceVersion``, so two replicas racing for the Lease cannot both win (one gets
+  409).
 * ``is_leader`` turns false by itself once ``lease_duration`` has passed since our last successful
   renewal, even if the API server is unreachable: by then another replica may have taken over.
 * ``stop(release=True)`` clears the holder so another replica takes over at once (rolling updates).
@@ -54,7 +56,7 @@ class LeaseElector:
         identity: str | None = None,
         lease_duration: float = 15.0,
         renew_interval: float = 5.0,
-        retry_interval: float = 2.0,
+        retry_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[bool], None] | None = None,
     ):
