@@ -6,9 +6,11 @@ the Lease and which wrote each status update."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +90,31 @@ def edit_and_wait_for_status(plane: ControlPlane, users: int) -> None:
     )
 
 
+@contextlib.contextmanager
+def second_process(plane: ControlPlane, certs: Path, prescaler: PrescalerProcess) -> Iterator[PrescalerProcess]:
+    """prescaler-b beside the APIService's prescaler-a, with its own token. Afterwards prescaler-a runs,
+    holds the Lease and is available through the aggregator again, and the probe VME is gone."""
+    second = PrescalerProcess(plane, certs, "prescaler-b", plane.service_account_token(NAMESPACE, "prescaler"))
+    second.start()
+    try:
+        yield second
+    finally:
+        if not prescaler.running():
+            prescaler.start()
+        second.stop()
+        plane.kubectl("delete", "virtualmetricevent", "probe", "--wait=false", check=False)
+    wait_for(lambda: lease_holder(plane).startswith(f"{prescaler.name}_"), 60, "prescaler-a to hold the Lease again")
+    wait_for(lambda: apiservice_available(plane), 90, "the APIService Available again")
+
+
 @pytest.mark.timeout(300)
 def test_only_the_lease_holder_writes_status(
     plane: ControlPlane, prescaler: PrescalerProcess, certs: Path, seed: dict[str, str]
 ) -> None:
     assert lease_holder(plane).startswith(f"{prescaler.name}_")
-    second = PrescalerProcess(plane, certs, "prescaler-b", plane.service_account_token(NAMESPACE, "prescaler"))
-    a, b = prescaler.credential_id, second.credential_id
-    assert a != b
-    second.start()
-    try:
+    with second_process(plane, certs, prescaler) as second:
+        a, b = prescaler.credential_id, second.credential_id
+        assert a != b
         offset = audit_offset(plane)
         edit_and_wait_for_status(plane, 2)
         status_writers = writers(plane, offset, "virtualmetricevents", "probe")
@@ -122,12 +139,6 @@ def test_only_the_lease_holder_writes_status(
         status_writers = writers(plane, offset, "virtualmetricevents", "probe")
         log.info("after failover: holder %s; status writes by %s", lease_holder(plane), status_writers)
         assert status_writers == {b}, (status_writers, a, b)
-    finally:
-        if not prescaler.running():
-            prescaler.start()
-        second.stop()
-        plane.kubectl("delete", "virtualmetricevent", "probe", "--wait=false", check=False)
-    wait_for(lambda: lease_holder(plane).startswith(f"{prescaler.name}_"), 60, "prescaler-a to hold the Lease again")
 
 
 @pytest.mark.timeout(300)
@@ -135,15 +146,12 @@ def test_when_the_holder_dies_the_other_process_writes_status_within_20_seconds(
     plane: ControlPlane, prescaler: PrescalerProcess, certs: Path, seed: dict[str, str]
 ) -> None:
     """SIGKILL, so nothing releases the Lease: the other process must see it expire and take it."""
-    second = PrescalerProcess(plane, certs, "prescaler-b", plane.service_account_token(NAMESPACE, "prescaler"))
-    b = second.credential_id
-    second.start()
-    try:
 
-        def held_by_a() -> tuple[str, str] | None:
-            record = lease_record(plane)
-            return record if record[0].startswith(f"{prescaler.name}_") else None
+    def held_by_a() -> tuple[str, str] | None:
+        record = lease_record(plane)
+        return record if record[0].startswith(f"{prescaler.name}_") else None
 
+    with second_process(plane, certs, prescaler) as second:
         _, renewed = wait_for(held_by_a, 60, "prescaler-a to hold the Lease")
         # Die right after a renewal, the worst moment: the follower waits a whole lease from then.
         wait_for(lambda: lease_record(plane)[1] != renewed, 20, "a renewal of the Lease", interval=0.1)
@@ -168,14 +176,7 @@ def test_when_the_holder_dies_the_other_process_writes_status_within_20_seconds(
             took_lease,
             wrote_status,
         )
-        assert status_writers == {b}, (status_writers, b)
+        assert status_writers == {second.credential_id}, (status_writers, second.credential_id)
         # Within the goal, and not before the Lease could expire: prescaler-b may have seen the renewal
         # up to the time it took us to notice it (well under a second) before the kill.
         assert 14.0 <= took_lease <= FAILOVER_GOAL_SECONDS, took_lease
-    finally:
-        if not prescaler.running():
-            prescaler.start()
-        second.stop()
-        plane.kubectl("delete", "virtualmetricevent", "probe", "--wait=false", check=False)
-    wait_for(lambda: lease_holder(plane).startswith(f"{prescaler.name}_"), 60, "prescaler-a to hold the Lease again")
-    wait_for(lambda: apiservice_available(plane), 90, "the APIService Available again")
