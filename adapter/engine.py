@@ -31,7 +31,7 @@ from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import Published
 from adapter.pipeline.query import MetricNotFound, Outcome, Values, query
-from adapter.pipeline.status import Statuses, all_statuses, is_stale
+from adapter.pipeline.status import EventStatusMemo, Statuses, all_statuses
 from adapter.publisher import Publisher
 from adapter.resources import KIND_EVENT, KIND_METRIC
 from adapter.sources.base import SourceContext
@@ -67,6 +67,8 @@ class Engine:
         # stepPastTolerance; cluster mode gives it the HPAs' targets and replicas (adapter.store.hpa_bands)
         self.tolerance_steps = ToleranceSteps()
         self.notices, self._gate = Notices(), StartupGate()  # said once: typos, unreachable targets; readiness
+        self._event_statuses = EventStatusMemo()
+        self._checked_for: frozenset[str] | None = None  # the served metric names events were last checked against
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -174,21 +176,32 @@ class Engine:
 
     def status_pieces(self) -> Iterator[Statuses]:
         """Every object's status, STATUS_PIECE events at a time: the status board refreshes in pieces
-        with requests answered in between (thousands of objects take tens of milliseconds)."""
-        now, events = self.clock(), list(self.events.items())
+        with requests answered in between. An event whose status inputs did not change since the last
+        refresh keeps its status (EventStatusMemo), and only then is it checked for new warnings and
+        its staleness gauge set; when the served metric names change, every event is checked."""
+        now, events, published = self.clock(), list(self.events.items()), self.published
         obs.record_invalid_objects(
             sum(1 for m in self.metrics.values() if m.error) + len(self.names.conflicts),
             sum(1 for _, e in events if e.error),
         )
-        unknown = self.notices.unknown_targets_now(self.published)
-        defined = resolve_metric_names(self.metrics.values()).served.keys()
-        yield all_statuses(self.metrics, {}, self.published, now, self.lead_times, unknown, self.tolerance_steps)
-        for piece in (dict(events[i : i + STATUS_PIECE]) for i in range(0, len(events), STATUS_PIECE)):
-            for name, state in piece.items():
-                obs.SOURCE_STALE.labels(event=name).set(1 if is_stale(state, now) else 0)
-            self.notices.warn_once(piece, defined)  # logs new problems once
-            yield all_statuses({}, piece, self.published, now)
+        unknown = self.notices.unknown_targets_now(published)
+        defined = frozenset(resolve_metric_names(self.metrics.values()).served)
+        check_all = defined != self._checked_for
+        yield all_statuses(self.metrics, {}, published, now, self.lead_times, unknown, self.tolerance_steps)
+        for start in range(0, len(events), STATUS_PIECE):
+            piece: Statuses = {}
+            check: dict[str, objects.EventState] = {}
+            for name, state in events[start : start + STATUS_PIECE]:
+                inputs, status, made = self._event_statuses.status(name, state, published, now)
+                piece[(KIND_EVENT, name)] = (state.generation, status)
+                if made or check_all:
+                    check[name] = state
+                    obs.SOURCE_STALE.labels(event=name).set(1 if inputs.stale else 0)
+            self.notices.warn_once(check, defined)  # logs new problems once
+            yield piece
+        self._checked_for = defined  # only once every piece has been checked against it
         self.notices.forget_gone(self.events.keys())
+        self._event_statuses.forget_gone(self.events.keys())
 
     # ---------------------------------------------------------------- MetricsProvider (adapter.api)
 
