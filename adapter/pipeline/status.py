@@ -1,7 +1,9 @@
 """Object state -> the status each VirtualMetric / VirtualMetricEvent reports (conditions, counts).
 
-Pure: the same state always gives the same dictionaries. A condition's reason changing (for
-example to MetricNameConflict and back) is the hook for anything that reports transitions.
+Pure: the same state always gives the same dictionaries. An event's status is made from a tuple
+of values (EventStatusInputs) only, which lets EventStatusMemo keep the statuses whose tuple did
+not change between refreshes. A condition's reason changing (for example to MetricNameConflict and
+back) is the hook for anything that reports transitions.
 """
 
 from __future__ import annotations
