@@ -31,7 +31,7 @@ from adapter.pipeline.objects import MetricNames, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, preview_document
 from adapter.pipeline.publish import Published
 from adapter.pipeline.query import MetricNotFound, Outcome, Values, query
-from adapter.pipeline.status import EventStatusMemo, Statuses, all_statuses
+from adapter.pipeline.status import EventStatusMemo, Statuses, metric_statuses
 from adapter.publisher import Publisher
 from adapter.resources import KIND_EVENT, KIND_METRIC
 from adapter.sources.base import SourceContext
@@ -187,7 +187,7 @@ class Engine:
         unknown = self.notices.unknown_targets_now(published)
         defined = frozenset(resolve_metric_names(self.metrics.values()).served)
         check_all = defined != self._checked_for
-        yield all_statuses(self.metrics, {}, published, now, self.lead_times, unknown, self.tolerance_steps)
+        yield metric_statuses(self.metrics, published, self.lead_times, unknown, self.tolerance_steps)
         for start in range(0, len(events), STATUS_PIECE):
             piece: Statuses = {}
             check: dict[str, objects.EventState] = {}

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from adapter.pipeline.objects import EventState, MetricNames, MetricState, resolve_metric_names
 from adapter.pipeline.publish import Published
-from adapter.resources import KIND_EVENT, KIND_METRIC
+from adapter.resources import KIND_METRIC
 from adapter.timefmt import rfc3339
 
 Statuses = dict[tuple[str, str], tuple[int, dict[str, Any]]]  # (kind, name) -> (generation, status)
@@ -224,19 +224,18 @@ def is_stale(state: EventState, now: float) -> bool:
     return bool(state.runner and state.runner.is_stale(now))
 
 
-def all_statuses(
+def metric_statuses(
     metrics: Mapping[str, MetricState],
-    events: Mapping[str, EventState],
     published: Published,
-    now: float,
     lead_times: Any = None,
     unknown_targets: Mapping[str, Sequence[str]] | None = None,
     tolerance_steps: Any = None,
 ) -> Statuses:
-    """`unknown_targets`: by metric name, targets queried that nothing feeds."""
+    """Every VirtualMetric's status (events' statuses come from EventStatusMemo, a piece at a time).
+    `unknown_targets`: by metric name, targets queried that nothing feeds."""
     names = resolve_metric_names(metrics.values())
     unknown = unknown_targets or {}
-    out: Statuses = {
+    return {
         (KIND_METRIC, n): (
             s.generation,
             metric_status(
@@ -250,6 +249,3 @@ def all_statuses(
         )
         for n, s in metrics.items()
     }
-    for name, state in events.items():
-        out[(KIND_EVENT, name)] = (state.generation, event_status(state, published, now))
-    return out

@@ -254,8 +254,7 @@ class Process:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+            self.kill()
 
 
 @dataclass

@@ -41,8 +41,7 @@ def lease_record(plane: ControlPlane) -> tuple[str, str]:
 
 
 def lease_holder(plane: ControlPlane) -> str:
-    result = plane.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}", check=False)
-    return result.stdout.strip() if result.returncode == 0 else ""
+    return lease_record(plane)[0]
 
 
 def writers(plane: ControlPlane, offset: int, resource: str, name: str) -> set[str]:
@@ -80,14 +79,22 @@ def probe(users: int) -> dict[str, Any]:
     }
 
 
-def edit_and_wait_for_status(plane: ControlPlane, users: int) -> None:
+def edit_probe(plane: ControlPlane, users: int) -> int:
+    """Apply the probe VME with `users`; returns the generation its status must come to observe."""
     plane.apply(probe(users))
-    generation = plane.get_json("virtualmetricevent", "probe")["metadata"]["generation"]
+    return int(plane.get_json("virtualmetricevent", "probe")["metadata"]["generation"])
+
+
+def wait_for_probe_status(plane: ControlPlane, generation: int) -> None:
     wait_for(
         lambda: plane.get_json("virtualmetricevent", "probe").get("status", {}).get("observedGeneration") == generation,
         60,
         f"status.observedGeneration {generation}",
     )
+
+
+def edit_and_wait_for_status(plane: ControlPlane, users: int) -> None:
+    wait_for_probe_status(plane, edit_probe(plane, users))
 
 
 @contextlib.contextmanager
@@ -158,17 +165,10 @@ def test_when_the_holder_dies_the_other_process_writes_status_within_20_seconds(
         prescaler.kill()
         died = time.monotonic()
         offset = audit_offset(plane)
-        plane.apply(probe(4))  # a change that only a live status writer can report
-        generation = plane.get_json("virtualmetricevent", "probe")["metadata"]["generation"]
-        wait_for(lambda: lease_record(plane)[0].startswith("prescaler-b_"), 60, "prescaler-b to take the Lease", 0.1)
+        generation = edit_probe(plane, 4)  # a change that only a live status writer can report
+        wait_for(lambda: lease_holder(plane).startswith("prescaler-b_"), 60, "prescaler-b to take the Lease", 0.1)
         took_lease = time.monotonic() - died
-        wait_for(
-            lambda: (
-                plane.get_json("virtualmetricevent", "probe").get("status", {}).get("observedGeneration") == generation
-            ),
-            60,
-            f"status.observedGeneration {generation} written by prescaler-b",
-        )
+        wait_for_probe_status(plane, generation)  # written by prescaler-b
         wrote_status = time.monotonic() - died
         status_writers = writers(plane, offset, "virtualmetricevents", "probe")
         log.info(
