@@ -53,16 +53,7 @@ e2e: install
 bench: install tools
 	@bash scripts/install-wrk.sh
 	$(PIP) install --quiet -e '.[bench]'
-	$(PY) bench/serve.py
-	$(PY) bench/timeline.py
-	$(PY) bench/scale.py
-	$(PY) bench/cluster_start.py  # the control plane of make e2e (built once, cached)
-	$(PY) bench/forecast.py
-	$(PY) bench/scaling.py
-	$(PY) bench/fusion.py
-	$(PY) bench/upstream.py
-	$(PY) bench/reliability_sources.py
-	$(PY) bench/reliability.py
+	@bash scripts/bench-all.sh $(PY)  # every bench runs; exits 1 at the end if any missed
 
 # Every shell script in the repository: *.sh files and executables whose first line is a sh/bash shebang.
 SHELL_SCRIPTS = $(shell find . \( -path ./.venv -o -path ./.git -o -path ./.run \) -prune -o -type f \
