@@ -39,6 +39,11 @@ STRATEGIES = ("Sum", "Max", "Min", "Average")
 # Below these sizes a build takes milliseconds and threads would only add overhead.
 PARALLEL_MIN_KEYS = 10_000
 PARALLEL_MIN_CONTRIBUTIONS = 200_000
+# F is computed from one row per (contribution, segment it covers) while there are at most this many
+# rows per contribution plus EXPANSION_LIMIT (the usual case: items rarely overlap); beyond that, from
+# a segment tree (_covered_by_tree), whose cost does not grow with the overlap.
+EXPANSION_LIMIT_PER_CONTRIBUTION = 8
+EXPANSION_LIMIT = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -283,16 +288,24 @@ def _merged_load(
     breaks, rank = _unique_with_rank(edges)
     del edges
     n_c = len(value)
-    seg, seg_val = _expand_ranges(rank[:n_c], rank[n_c:], value)
-    del rank, value
     n_b = len(breaks)
-    count = np.bincount(seg, minlength=n_b)
-    # The Sum; the other strategies overwrite it. (Float even when empty: bincount then gives ints.)
-    f = np.bincount(seg, weights=seg_val, minlength=n_b).astype(float, copy=False)
     break_key = breaks >> _TIME_BITS
     strategies = policy.strategy.present(break_key)
-    extrema = _group_extrema(seg, seg_val, n_b) if strategies & {1, 2} else None
-    del seg, seg_val
+    i_s, i_e = rank[:n_c], rank[n_c:]
+    covered = int((i_e - i_s).sum()) if n_c else 0
+    if covered <= EXPANSION_LIMIT_PER_CONTRIBUTION * n_c + EXPANSION_LIMIT:
+        seg, seg_val = _expand_ranges(i_s, i_e, value)
+        del rank, value, i_s, i_e
+        count = np.bincount(seg, minlength=n_b)
+        # The Sum; the other strategies overwrite it. (Float even when empty: bincount then gives ints.)
+        f = np.bincount(seg, weights=seg_val, minlength=n_b).astype(float, copy=False)
+        extrema = _group_extrema(seg, seg_val, n_b) if strategies & {1, 2} else None
+        del seg, seg_val
+    else:
+        # Many items active at once on one target (a cron window longer than its period, thousands of
+        # overlapping announcements): one row per (contribution, segment) would be quadratic.
+        f, count, extrema = _covered_by_tree(i_s, i_e, value, n_b, bool(strategies & {1, 2}))
+        del rank, value, i_s, i_e
     active = count > 0
     if 3 in strategies:
         avg_mask = active if strategies == {3} else active & (policy.strategy.at(break_key) == 3)
@@ -458,6 +471,56 @@ def _expand_ranges(i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray) -> tuple
     seg = np.repeat(shift, lengths)
     seg += np.arange(total, dtype=np.int64)
     return seg, np.repeat(value, lengths)
+
+
+def _covered_by_tree(
+    i_s: np.ndarray, i_e: np.ndarray, value: np.ndarray, n: int, extrema: bool
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """Per segment 0..n-1: the sum and the count of the values of the contributions covering it
+    (contribution c covers segments i_s[c] .. i_e[c]-1), and their max and min when `extrema`.
+
+    Each range is split into the O(log n) nodes of a segment tree that tile it exactly, each node
+    accumulates what covers it whole, and every leaf then adds up its ancestors: O(C log n + n)
+    however much the contributions overlap. A segment's sum is that of exactly the contributions
+    active on it (only in another order than one row per pair: floats may round differently;
+    max, min and counts are exact)."""
+    size = 1 << max(0, (n - 1).bit_length())
+    lo, hi, val = i_s + size, i_e + size, np.asarray(value, dtype=float)
+    nodes, weights = [], []
+    while len(lo):
+        live = lo < hi
+        lo, hi, val = lo[live], hi[live], val[live]
+        left = (lo & 1).astype(bool)
+        nodes.append(lo[left])
+        weights.append(val[left])
+        lo += left
+        right = (hi & 1).astype(bool)
+        hi -= right
+        nodes.append(hi[right])
+        weights.append(val[right])
+        lo >>= 1
+        hi >>= 1
+    node = np.concatenate(nodes) if nodes else np.empty(0, np.int64)
+    weight = np.concatenate(weights) if weights else np.empty(0)
+    del nodes, weights
+    total = np.bincount(node, weights=weight, minlength=2 * size).astype(float, copy=False)
+    count = np.bincount(node, minlength=2 * size)
+    high = low = None
+    if extrema:
+        high, low = _group_extrema(node, weight, 2 * size)
+    del node, weight
+    width = 1
+    while width < size:  # push every level down to its children: leaves end with their ancestors' sum
+        parent, child = slice(width, 2 * width), slice(2 * width, 4 * width)
+        total[child] += np.repeat(total[parent], 2)
+        count[child] += np.repeat(count[parent], 2)
+        if high is not None and low is not None:
+            np.maximum(high[child], np.repeat(high[parent], 2), out=high[child])
+            np.minimum(low[child], np.repeat(low[parent], 2), out=low[child])
+        width *= 2
+    leaves = slice(size, size + n)
+    pair = (high[leaves], low[leaves]) if high is not None and low is not None else None
+    return total[leaves], count[leaves], pair
 
 
 def _group_extrema(seg: np.ndarray, val: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -84,6 +84,66 @@ def test_segmented_build_equals_v1_at_scale() -> None:
     _assert_same(n_keys, table, which, grouped)
 
 
+int_values = st.one_of(st.integers(-50, 200).map(float), st.sampled_from([float("nan"), float("inf")]))
+int_contribution = st.tuples(st.integers(0, 7), st.integers(0, 200), st.integers(-3, 60), int_values)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 6),
+    st.lists(policies, min_size=1, max_size=3),
+    st.lists(int_contribution, max_size=40),
+    st.sampled_from(["sorted", "reversed", "as drawn"]),
+    st.randoms(use_true_random=False),
+)
+def test_segment_tree_path_equals_v1(n_keys, table, rows, order, rnd) -> None:
+    # The path for heavy overlap, forced on every build: with integer values sums are exact in any
+    # order, so it must give v1's arrays bit for bit (max, min, counts and averages included).
+    which = np.array([rnd.randrange(len(table)) for _ in range(n_keys)], dtype=np.int64)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timeline, "EXPANSION_LIMIT_PER_CONTRIBUTION", 0)
+        patch.setattr(timeline, "EXPANSION_LIMIT", -1)
+        _assert_same(n_keys, table, which, _arrays(rows, n_keys, order))
+
+
+def test_segment_tree_path_with_float_values_is_close_to_v1(monkeypatch) -> None:
+    rng = np.random.default_rng(4)
+    n_keys, n = 50, 5000
+    table = [MetricPolicy(merge_strategy=s, lead_time=60.0) for s in STRATEGIES]
+    which = rng.integers(0, len(table), n_keys)
+    start = rng.integers(0, 20_000, n).astype(float)
+    arrays = ContributionArrays(
+        rng.integers(0, n_keys, n), start, start + rng.integers(1, 9000, n), rng.normal(50, 30, n)
+    )
+    want = timeline._build_arrays(n_keys, table, which, arrays)
+    monkeypatch.setattr(timeline, "EXPANSION_LIMIT_PER_CONTRIBUTION", 0)
+    monkeypatch.setattr(timeline, "EXPANSION_LIMIT", -1)
+    got = timeline._build_arrays(n_keys, table, which, arrays)
+    for g, w in zip(got[:3], want[:3]):
+        np.testing.assert_array_equal(g, w)  # pre values, offsets and breakpoints: exact
+    np.testing.assert_allclose(got[3], want[3], rtol=1e-12, atol=1e-9)
+
+
+def test_many_overlapping_items_build_without_one_row_per_pair(monkeypatch) -> None:
+    # 20 000 items all active at once on one target (e.g. a cron window longer than its period): one
+    # row per (item, segment) would be 2e8 rows (3 GiB). Rows made by _expand_ranges are counted.
+    made = []
+    real = timeline._expand_ranges
+    monkeypatch.setattr(timeline, "_expand_ranges", lambda a, b, v: made.append(int((b - a).sum())) or real(a, b, v))
+    n = 20_000
+    start = np.arange(n, dtype=float) * 60
+    arrays = ContributionArrays(np.zeros(n, np.int64), start, start + 7 * 86400, np.ones(n))
+    for strategy in STRATEGIES:
+        pre, offsets, breaks_ms, values = timeline._build_arrays(
+            1, [MetricPolicy(merge_strategy=strategy)], np.zeros(1, np.int64), arrays
+        )
+        assert sum(made) <= timeline.EXPANSION_LIMIT  # only the lookahead's small expansions, if any
+        at = {"Sum": 10_080.0, "Max": 1.0, "Min": 1.0, "Average": 1.0}[strategy]  # a week of minutes active
+        middle = np.searchsorted(breaks_ms, (7 * 86400 + 1) * 1000, side="right") - 1
+        assert values[middle] == at
+        assert values[0] == 1.0 and values[-1] == 0.0  # one item active at the first edge; none after the last
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-5, 5), min_size=1, max_size=60), st.data())
 def test_range_max_matches_slices(f: list[int], data) -> None:
