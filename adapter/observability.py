@@ -64,6 +64,11 @@ TIMELINE_REBUILD_SECONDS = Histogram(
     "Duration of timeline recomputations.",
     registry=REGISTRY,
 )
+TIMELINE_REBUILD_FAILURES = Counter(
+    "prescaler_timeline_recompute_failures_total",
+    "Timeline recomputations that failed (the previous values stay served; retried with backoff).",
+    registry=REGISTRY,
+)
 TIMELINE_KEYS = Gauge("prescaler_timeline_targets", "(metric, target) pairs served.", registry=REGISTRY)
 CONTRIBUTIONS_DROPPED = Counter(
     "prescaler_contributions_dropped_total",
@@ -188,6 +193,10 @@ def record_fetch(event: str, kind: str, success: bool, seconds: float | None = N
     EVENT_FETCHES.labels(event=event, result=result).inc()
     if seconds is not None:
         SOURCE_FETCH_SECONDS.labels(kind=kind).observe(seconds)
+
+
+def record_rebuild_failure() -> None:
+    TIMELINE_REBUILD_FAILURES.inc()
 
 
 def record_rebuild(seconds: float, keys: int) -> None:

@@ -12,6 +12,7 @@ whatever arrived meanwhile before it ends.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Collection, Generator, Mapping
 
@@ -31,6 +32,12 @@ from adapter.pipeline.publish import EMPTY, EventFeed, Published
 # map's copy, since gone) and served the last of its targets 67 ms after the snapshot; pieces of 500 in steps
 # cost 7.5 ms and serve it all within 41 ms (250: 9 ms, 52 ms).
 INLINE_TARGETS = 500
+# A publication that fails (a bug, or memory running out) leaves the previous snapshot served and is
+# retried as a full rebuild after this many seconds, doubled per consecutive failure up to the cap.
+RETRY_DELAY = 1.0
+MAX_RETRY_DELAY = 60.0
+
+log = logging.getLogger("prescaler.publisher")
 INTERVALS_PER_TARGET = 10
 
 
@@ -88,6 +95,7 @@ class Publisher:
         # Targets to rebuild one by one (item snapshots), and the events whose items changed.
         self._targets: dict[Partition, set[str]] = {}
         self._events: set[str] = set()
+        self.failures = 0  # consecutive failed publications
 
     @property
     def busy(self) -> bool:  # a change is waiting to be published
@@ -127,38 +135,62 @@ class Publisher:
             while self.handoff.pending and self.handoff.loop is not None:
                 await asyncio.sleep(self.snapshot_delay)  # a list of objects is being applied: all of it
             while self._changed and not self.handoff.pending:
-                partitions, self._partitions, self._changed = self._partitions, set(), False
-                targets, events, self._targets, self._events = self._targets, self._events, {}, set()
-                self.names = resolve_metric_names(self.table.metrics.values(), self.names)
-                started = time.perf_counter()
-                feeds, by_name = self.table.feeds(), self.table.feed_map()
-                if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
-                    pieces = split_targets(targets, INLINE_TARGETS, _weigher(by_name, events))
-                    for number, piece in enumerate(pieces, 1):
-                        self.published, spent = await _run_in_steps(
-                            publish_targets_in_steps(
-                                self.names.served, feeds, by_name, self.clock(), self.published, piece, events
-                            ),
-                            self.handoff,
+                events: Collection[str] = ()
+                try:
+                    partitions, self._partitions, self._changed = self._partitions, set(), False
+                    targets, events, self._targets, self._events = self._targets, self._events, {}, set()
+                    self.names = resolve_metric_names(self.table.metrics.values(), self.names)
+                    started = time.perf_counter()
+                    feeds, by_name = self.table.feeds(), self.table.feed_map()
+                    if partitions is not None and not partitions:  # only items changed: on the loop, in pieces
+                        pieces = split_targets(targets, INLINE_TARGETS, _weigher(by_name, events))
+                        for number, piece in enumerate(pieces, 1):
+                            self.published, spent = await _run_in_steps(
+                                publish_targets_in_steps(
+                                    self.names.served, feeds, by_name, self.clock(), self.published, piece, events
+                                ),
+                                self.handoff,
+                            )
+                            if number < len(pieces):
+                                heap.after_publish()
+                                await asyncio.sleep(self.handoff.pause_after(spent))
+                    else:  # whole partitions: the numpy-heavy build runs off the loop
+                        self.published = await asyncio.to_thread(
+                            publish_changes,
+                            self.names.served,
+                            feeds,
+                            self.clock(),
+                            self.published,
+                            partitions,
+                            targets,
+                            events,
                         )
-                        if number < len(pieces):
-                            heap.after_publish()
-                            await asyncio.sleep(self.handoff.pause_after(spent))
-                else:  # whole partitions: the numpy-heavy build runs off the loop
-                    self.published = await asyncio.to_thread(
-                        publish_changes,
-                        self.names.served,
-                        feeds,
-                        self.clock(),
-                        self.published,
-                        partitions,
-                        targets,
-                        events,
-                    )
-                heap.after_publish()
-                obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
-                self.on_published()
+                    heap.after_publish()
+                    obs.record_rebuild(time.perf_counter() - started, self.published.key_count())
+                    self.on_published()
+                except Exception as exc:  # noqa: BLE001 - whatever broke, the served values must stay
+                    self._failed(exc, events)
+                    break
+                self.failures = 0
         finally:
             self._running = False
             if self._changed:  # left for a list being applied (see above): publish it when whole
-                self.partitions(set())
+                self.partitions(set(), self._retry_delay() if self.failures else None)
+
+    def _failed(self, exc: Exception, events: Collection[str]) -> None:
+        self.failures += 1
+        obs.record_rebuild_failure()
+        # Some pieces may be published already: the retry rebuilds everything, from the objects.
+        self._changed, self._partitions = True, None
+        log.error(
+            "publishing new values failed (%s: %s; changed items of: %s); the previous values stay served, "
+            "retrying in %.0f s",
+            type(exc).__name__,
+            exc,
+            ", ".join(sorted(events)[:10]) or "objects changed",
+            self._retry_delay(),
+            exc_info=exc,
+        )
+
+    def _retry_delay(self) -> float:
+        return min(MAX_RETRY_DELAY, RETRY_DELAY * 2 ** max(0, self.failures - 1))
