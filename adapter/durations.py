@@ -22,9 +22,13 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise DurationError(f"invalid duration {value!r}: expected a string like 30s or 5m")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer literal of hundreds of digits
+            raise DurationError(f"invalid duration {_short(value)}: out of range") from None
+        if not math.isfinite(seconds):
             raise DurationError(f"invalid duration {value!r}: not finite")
-        return float(value)
+        return seconds
     if not isinstance(value, str):
         raise DurationError(f"invalid duration {value!r}: expected a string like 30s or 5m")
     text = value.strip()
@@ -37,6 +41,14 @@ def parse_duration(value: object) -> float:
     if text == "0":
         return 0.0
     return sign * float(text) if re.fullmatch(r"\d+(\.\d+)?", text) else sign * _parse_units(text, value)
+
+
+def _short(value: float) -> str:
+    try:
+        text = str(value)
+    except ValueError:  # beyond Python's int-to-string digit limit
+        return "(an integer of thousands of digits)"
+    return f"{text[:12]}... ({len(text.lstrip('-'))} digits)"
 
 
 def _parse_units(text: str, original: str) -> float:

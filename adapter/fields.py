@@ -43,10 +43,28 @@ def read_number(
             raise ValidationError(join_path(path, key), f"expected a number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValidationError(join_path(path, key), f"expected a number, got {type_name(value)}")
-    number = float(value)
+    number = as_float(value)
     if not math.isfinite(number) or abs(number) > 1e15:
-        raise ValidationError(join_path(path, key), f"{value!r} is not a finite number within ±1e15")
+        raise ValidationError(join_path(path, key), f"{show_value(value)} is not a finite number within ±1e15")
     return number
+
+
+def as_float(value: int | float) -> float:
+    """float(value), with ±inf for an integer too large for a float (a 400-digit YAML literal)
+    where float() raises OverflowError: callers then report it as out of range, like 1e400."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def show_value(value: Any, limit: int = 40) -> str:
+    """repr(value) for an error message, shortened: a 400-digit literal need not be quoted whole."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's int-to-string digit limit
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    return text if len(text) <= limit else f"{text[: limit - 12]}... ({len(text)} characters)"
 
 
 def read_string(
@@ -85,12 +103,18 @@ def read_duration(
 ) -> float:
     if key not in obj or obj[key] is None:
         return default
+    raw = obj[key]
+    out_of_range = ValidationError(
+        join_path(path, key), f"{show_value(raw)} must be between {minimum:g}s and {maximum:g}s"
+    )
+    if isinstance(raw, int) and not isinstance(raw, bool) and not minimum <= raw <= maximum:
+        raise out_of_range  # compared exactly: an integer too large for a float is out of range too
     try:
-        seconds = parser(obj[key])
+        seconds = parser(raw)
     except DurationError as exc:
         raise ValidationError(join_path(path, key), str(exc)) from None
-    if seconds < minimum or seconds > maximum:
-        raise ValidationError(join_path(path, key), f"{obj[key]!r} must be between {minimum:g}s and {maximum:g}s")
+    if not minimum <= seconds <= maximum:  # also NaN
+        raise out_of_range
     return seconds
 
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.fields import as_float, show_value
+
 # Bounds that keep every later computation finite and exact enough: unix seconds up to year ~2200,
 # values well inside float64's exact-integer range so quantities stay meaningful.
 MAX_TIMESTAMP = 7.3e9
@@ -82,7 +84,9 @@ def dedupe(items: list[Item]) -> list[Item]:
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ItemError(f"{where}: expected a number, got {type(value).__name__}")
-    number = float(value)
+    number = as_float(value)  # ±inf for an integer too large for a float
+    if math.isinf(number) and isinstance(value, int):
+        raise ItemError(f"{where}: {show_value(value)} is outside ±{MAX_ABS_VALUE:g}")
     if not math.isfinite(number):
         raise ItemError(f"{where}: not a finite number")
     if abs(number) > MAX_ABS_VALUE:
@@ -93,9 +97,12 @@ def _number(value: Any, where: str) -> float:
 def _timestamp(value: Any, where: str) -> float:
     if value is None:
         raise ItemError(f"{where}: required (unix seconds)")
-    number = _number(value, where) if not isinstance(value, (int, float)) or isinstance(value, bool) else float(value)
-    if isinstance(value, bool) or not math.isfinite(number):
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        _number(value, where)  # raises: not a number
+    number = as_float(value)
+    if isinstance(value, bool) or math.isnan(number) or (math.isinf(number) and isinstance(value, float)):
         raise ItemError(f"{where}: expected unix seconds")
     if not 0 <= number <= MAX_TIMESTAMP:
-        raise ItemError(f"{where}: {number:g} is not a plausible unix timestamp in seconds")
+        shown = show_value(value) if math.isinf(number) else f"{number:g}"
+        raise ItemError(f"{where}: {shown} is not a plausible unix timestamp in seconds")
     return number

@@ -29,6 +29,7 @@ from adapter.store.hpp import (
     parse_hpp,
     patched_manifest,
 )
+from adapter.yamlload import SafeLoader
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -49,7 +50,7 @@ def add_parsers(subparsers: Any) -> None:
 def _load(path: str) -> list[dict[str, Any]]:
     try:
         text = Path(path).read_text(encoding="utf-8")
-        return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+        return [d for d in yaml.load_all(text, Loader=SafeLoader) if isinstance(d, dict)]
     except OSError as exc:
         raise HPPError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import difflib
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ import jsonschema
 import yaml
 
 from adapter.crd import BUILDERS, GROUP
+from adapter.yamlload import FastSafeLoader, SafeLoader
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -132,6 +134,35 @@ def as_json(value: Any) -> Any:
     return value
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _shortened(error: Any) -> str:
+    """jsonschema's message, with a long integer literal it quotes shortened (400 digits, say)."""
+    instance = error.instance
+    if isinstance(instance, int) and not isinstance(instance, bool) and instance.bit_length() > 128:
+        from adapter.fields import show_value
+
+        return str(error.message).replace(repr(instance), show_value(instance))
+    return str(error.message)
+
+
+def oversized_integers(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+    """(field path, message) for each integer beyond int64, which no Kubernetes object holds (and
+    CEL cannot read: its rules would fail as "could not be evaluated: overflow" on the object
+    around it instead of naming the field)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from oversized_integers(item, (*path, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from oversized_integers(item, (*path, str(index)))
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        from adapter.fields import show_value
+
+        yield ".".join(path) or "<root>", f"{show_value(value)} is out of range: an integer must fit in 64 bits"
+
+
 @dataclass
 class CrdValidator:
     kind: str
@@ -145,10 +176,13 @@ class CrdValidator:
 
     def schema_errors(self, doc: Any) -> list[tuple[str, str]]:
         """(field path, message) pairs."""
-        return [
-            (".".join(str(p) for p in error.absolute_path) or "<root>", error.message)
-            for error in self.validator.iter_errors(as_json(doc))
+        body = as_json(doc)
+        found = [
+            (".".join(str(p) for p in error.absolute_path) or "<root>", _shortened(error))
+            for error in self.validator.iter_errors(body)
         ]
+        named = {where for where, _ in found}
+        return found + [(where, message) for where, message in oversized_integers(body) if where not in named]
 
     def errors(self, doc: Any) -> list[str]:
         found = [f"{where}: {message}" for where, message in self.schema_errors(doc)]
@@ -195,7 +229,7 @@ def load_validators(crd_dir: Path | None = None) -> dict[str, CrdValidator]:
     if crd_dir is None:
         return {kind: _validator_for(build()) for kind, build in BUILDERS.items()}
     validators = {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = FastSafeLoader
     for path in sorted(crd_dir.glob("*.yaml")):
         for crd in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader):
             if crd and crd.get("kind") == "CustomResourceDefinition":
@@ -278,7 +312,7 @@ def read_documents(path: Path, problems: list[Problem]) -> list[Document]:
         problems.append(Problem("error", str(path), 1, f"cannot read: {exc}"))
         return []
     docs: list[Document] = []
-    loader = yaml.SafeLoader(text)
+    loader = SafeLoader(text)  # a bad date or integer scalar is a YAML error with its line too
     index = 0
     try:
         while loader.check_node():
@@ -409,7 +443,8 @@ class Validator:
                 checked.references = [(i, e.metric) for i, e in enumerate(vme.metrics)]
                 self.check_expressions(doc, vme)
         except ValidationError as exc:
-            if exc.path not in reported:  # the schema said the same about this field already
+            # The schema said the same about this field already? (It writes items.0 for items[0].)
+            if re.sub(r"\[(\d+)\]", r".\1", exc.path) not in reported:
                 self.error(doc, f"{exc.path or '<root>'}: {exc.detail}")
             checked.metric_name, checked.references = self.best_effort_names(doc)
         return checked

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "adapter.labels",
             "adapter.fields",
             "adapter.tscsv",
+            "adapter.yamlload",
             "adapter.observability",
             "adapter.logs",
             "adapter.handoff",

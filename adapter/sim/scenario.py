@@ -31,6 +31,7 @@ from adapter.sim.metrics import ForecastSettings, RecordedResponse
 from adapter.sim.quantity import QuantityError, milli_value, parse_quantity
 from adapter.sim.traffic import INTERPOLATIONS, Trace, load_trace, trace_from_arrays
 from adapter.sim.workload import StartupDelay, parse_startup_delay
+from adapter.yamlload import SafeLoader
 
 TOP_LEVEL = (
     "hpa",
@@ -113,7 +114,7 @@ def load_scenario(path: Path) -> Scenario:
     except OSError as exc:
         raise ValidationError("", f"cannot read scenario {path}: {exc.strerror or exc}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=SafeLoader)
     except yaml.YAMLError as exc:
         raise ValidationError("", f"{path} is not valid YAML: {exc}") from None
     return parse_scenario(doc, base_dir=path.parent)
@@ -352,7 +353,7 @@ def _manifests(inline: Any, files: Any, base_dir: Path) -> list[Mapping[str, Any
         for i, name in enumerate(files):
             path = _resolve(name, base_dir)
             try:
-                loaded = list(yaml.safe_load_all(path.read_text()))
+                loaded = list(yaml.load_all(path.read_text(), Loader=SafeLoader))
             except OSError as exc:
                 raise ValidationError(f"manifestFiles[{i}]", f"cannot read {path}: {exc.strerror or exc}") from None
             except yaml.YAMLError as exc:

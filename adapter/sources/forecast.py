@@ -245,6 +245,14 @@ def parse_history_document(body: bytes, where: str) -> Series:
             pairs = pairs.reshape(0, 2)
         if pairs.ndim != 2 or pairs.shape[1] != 2:
             raise SourceError(f'{where}: "history" must be a list of [timestamp, value] pairs')
+        # As in CSV: a gap is null (or NaN), an infinite value or timestamp is an error, not a gap.
+        infinite = np.flatnonzero(np.isinf(pairs).any(axis=1))
+        if infinite.size:
+            row = int(infinite[0])
+            column = 0 if np.isinf(pairs[row, 0]) else 1
+            shown = "Infinity" if pairs[row, column] > 0 else "-Infinity"
+            more = f" (and {infinite.size - 1} more such rows)" if infinite.size > 1 else ""
+            raise SourceError(f"{where}: history[{row}]: {('timestamp', 'value')[column]} {shown} is not finite{more}")
         return dict(labels), pairs[:, 0], pairs[:, 1]
     return {}, *_parse_csv(body, where)
 
@@ -421,7 +429,7 @@ class ForecastSource(Source[ForecastConfig]):
             else:
                 fitted = self._fit_group(fit_many, members, step, total, warnings)
             for labels, result in fitted:
-                items.extend(_items_for(labels, last, step, now, result))
+                items.extend(_items_for(labels, last, step, now, result, warnings))
                 season = f", season {result.season:g}s" if result.season else ""
                 note = f": {result.note}" if result.note else ""
                 notes.append(f"{_describe_labels(labels)} {result.model}{season}{note}")
@@ -499,13 +507,33 @@ class ForecastSource(Source[ForecastConfig]):
             await self._regressors.close()
 
 
-def _items_for(labels: Mapping[str, str], last: float, step: float, now: float, result: Any) -> list[Item]:
+def _items_for(
+    labels: Mapping[str, str],
+    last: float,
+    step: float,
+    now: float,
+    result: Any,
+    warnings: list[str] | None = None,
+) -> list[Item]:
+    """The items of one fitted series from now on. Steps whose forecast or bounds are not finite
+    or beyond ±MAX_ABS_VALUE are left out; with `warnings`, how many is said there (a fetch that
+    served nothing must not look like a healthy one)."""
     forecast = np.asarray(result.forecast, dtype=float)
     lower = np.asarray(result.lower, dtype=float)
     upper = np.asarray(result.upper, dtype=float)
     starts = last + step * np.arange(1, forecast.size + 1)
-    keep = (starts + step > now) & np.isfinite(forecast) & np.isfinite(lower) & np.isfinite(upper)
-    keep &= (np.abs(forecast) <= MAX_ABS_VALUE) & (np.abs(lower) <= MAX_ABS_VALUE) & (np.abs(upper) <= MAX_ABS_VALUE)
+    ahead = starts + step > now
+    with np.errstate(invalid="ignore"):
+        usable = (
+            (np.abs(forecast) <= MAX_ABS_VALUE) & (np.abs(lower) <= MAX_ABS_VALUE) & (np.abs(upper) <= MAX_ABS_VALUE)
+        )  # NaN compares false: not finite is not usable either
+    keep = ahead & usable
+    dropped = int(np.count_nonzero(ahead)) - int(np.count_nonzero(keep))
+    if dropped and warnings is not None:
+        warnings.append(
+            f"series {_describe_labels(labels)}: {dropped} of {int(np.count_nonzero(ahead))} forecast steps "
+            f"left out: the forecast or its bounds are not finite or beyond ±{MAX_ABS_VALUE:g}"
+        )
     items = []
     baseline = getattr(result, "baseline", None)  # a fused forecast: the events' effect apart
     for k in np.flatnonzero(keep):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from adapter.errors import SourceError, ValidationError
 from adapter.fields import expect_mapping, read_duration, read_string, reject_unknown
@@ -360,10 +360,18 @@ def _cron_occurrences(
     begin = lo - window.duration if after is None else max(lo - window.duration, after)
     cursor = _local_naive(begin - 3600.0, window.zone)
     stop = _local_naive(hi + 3600.0, window.zone)
-    iterator = croniter(window.cron, cursor)
     last = -math.inf
+    try:
+        iterator = croniter(window.cron, cursor)
+    except (CroniterError, ValueError, OverflowError) as exc:
+        raise _cron_failure(window, exc) from None
     for _ in range(MAX_OCCURRENCES):
-        naive = iterator.get_next(dt.datetime)
+        try:
+            naive = iterator.get_next(dt.datetime)
+        except (CroniterError, ValueError, OverflowError) as exc:
+            # Parsing checked that the expression occurs; still, a failure here is this window's, not
+            # an internal error: the fetch fails cleanly and status names the window.
+            raise _cron_failure(window, exc) from None
         if naive > stop:
             return
         if naive.date() in window.exclude:
@@ -378,6 +386,10 @@ def _cron_occurrences(
         if end > lo and start < hi and (after is None or start >= after):
             yield start, end
     raise ExpansionLimit(MAX_OCCURRENCES)  # did not reach the end of the lookahead
+
+
+def _cron_failure(window: CronWindow, exc: Exception) -> SourceError:
+    return SourceError(f"windows[{window.index}]: cron {window.cron!r} could not be expanded: {exc}", retry_soon=False)
 
 
 def _daily_occurrences(
@@ -484,10 +496,28 @@ def _windows(raw: Any, path: str, zone: ZoneInfo, exclude: frozenset[dt.date]) -
     return tuple(_window(value, index, f"{path}[{index}]", zone, exclude) for index, value in enumerate(raw))
 
 
+# An expression without an occurrence within this many years is refused: croniter's own horizon, so
+# whatever it would fail to expand at fetch time. February 29 recurs within 8 years and a fifth
+# Monday of February (`1#5`) within 28; `30 2` (February 30) or `31 4` (April 31) never.
+CRON_HORIZON_YEARS = 50
+_CRON_PROBE_START = dt.datetime(2024, 1, 1)
+
+
 @functools.lru_cache(maxsize=4096)
 def _cron_is_valid(cron: str) -> bool:
     # croniter's check expands the expression (about 0.2 ms); thousands of objects share a few crons.
     return bool(croniter.is_valid(cron))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_occurs(cron: str) -> bool:
+    """Whether a valid expression has an occurrence at all (croniter accepts `0 0 30 2 *`, then
+    fails every expansion with CroniterBadDateError). A few ms when it has none."""
+    try:
+        croniter(cron, _CRON_PROBE_START, max_years_between_matches=CRON_HORIZON_YEARS).get_next(dt.datetime)
+    except (CroniterError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def _window(raw: Any, index: int, path: str, zone: ZoneInfo, exclude: frozenset[dt.date]) -> CronWindow | DailyWindow:
@@ -509,6 +539,12 @@ def _window(raw: Any, index: int, path: str, zone: ZoneInfo, exclude: frozenset[
             raise ValidationError(
                 f"{path}.cron",
                 f"{cron!r} is not a 5-field cron expression (minute hour day-of-month month day-of-week)",
+            )
+        if not _cron_occurs(cron):
+            raise ValidationError(
+                f"{path}.cron",
+                f"{cron!r} never occurs (no match within {CRON_HORIZON_YEARS} years): a day of month "
+                "that the months given do not have? (30 2 is February 30, 31 4 is April 31)",
             )
         if "duration" not in entry:
             raise ValidationError(f"{path}.duration", "required with cron (e.g. 10m)")

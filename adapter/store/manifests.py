@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from adapter.resources import GROUP, KIND_EVENT, KIND_METRIC
+from adapter.yamlload import FastSafeLoader
 
 log = logging.getLogger("prescaler.manifests")
 
@@ -43,8 +44,9 @@ MAX_FILE_BYTES = 8 * 1024 * 1024  # default of --max-manifest-bytes
 # Nodes that aliases may add to a file when expanded (anchors for shared headers or labels reused a
 # few dozen times stay far below; 9 levels of 9 aliases would be 387 420 489).
 MAX_ALIAS_EXPANSION = 100_000
-# libyaml's loader when PyYAML was built with it: the same safe subset, many times faster.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's loader when PyYAML was built with it: the same safe subset, many times faster; a bad
+# date or integer scalar is a YAML error with its line, like a syntax error (adapter.yamlload).
+_SafeLoader = FastSafeLoader
 _SUFFIXES = (".yaml", ".yml", ".json")
 OWN_KINDS = (KIND_METRIC, KIND_EVENT, "HorizontalPodPrescaler")  # the kinds of prescaler's API group
 

@@ -206,3 +206,62 @@ def test_the_old_script_is_the_same_command(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+HUGE = int("9" * 400)  # a 400-digit YAML integer literal: float() of it raises OverflowError
+
+
+@pytest.mark.parametrize(
+    "kind,path,field",
+    [
+        ("vm", "spec.leadTime", "spec.leadTime"),
+        ("vm", "spec.defaultValue", "spec.defaultValue"),
+        ("vm", "spec.min", "spec.min"),
+        ("vme", "spec.source.interval", "spec.source.interval"),
+        ("vme", "spec.source.schedule.items.0.values.scheduledMessage", "items.0.values.scheduledMessage"),
+        ("vme", "spec.source.schedule.items.0.start", "items.0.start"),
+    ],
+)
+def test_huge_integer_literals_are_field_errors_not_tracebacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, path: str, field: str
+) -> None:
+    docs = (changed(VM, path, HUGE), VME) if kind == "vm" else (VM, changed(VME, path, HUGE))
+    code, out = validate(tmp_path, capsys, *docs)
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if ": error: " in line]
+    assert errors and all(field in line for line in errors), out
+    assert "Traceback" not in out and "OverflowError" not in out
+    assert all(len(line) < 400 for line in errors), "the literal is shortened in the message"
+
+
+def test_a_20_digit_lead_time_is_an_error_about_lead_time_not_min_max(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beyond int64, CEL could not read the spec and failed the min/max rule on it instead."""
+    code, out = validate(tmp_path, capsys, changed(VM, "spec.leadTime", 99999999999999999999), VME)
+    assert code == 1, out
+    errors = [line for line in out.splitlines() if ": error: " in line]
+    assert errors and all("spec.leadTime: 99999999999999999999" in line for line in errors), out
+    assert "min must not be greater than max" not in out
+
+
+def test_an_invalid_unquoted_date_is_an_error_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "dates.yaml"
+    path.write_text(
+        yaml.safe_dump(VM)
+        + "---\n"
+        + yaml.safe_dump(VME).replace("  source:\n", "  source:\n    exclude: [2023-02-30]\n", 1)
+    )
+    line = path.read_text().splitlines().index("    exclude: [2023-02-30]") + 1
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    assert f"{path}:{line}: error: invalid YAML: invalid date or time 2023-02-30: day is out of range" in out.out
+
+
+@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 4 *"])
+def test_a_cron_that_never_occurs_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], cron: str) -> None:
+    windows = [{"cron": cron, "duration": "10m", "values": {"scheduledMessage": 5}}]
+    code, out = validate(tmp_path, capsys, VM, changed(VME, "spec.source.schedule", {"windows": windows}))
+    assert code == 1, out
+    assert f"spec.source.schedule.windows[0].cron: '{cron}' never occurs" in out

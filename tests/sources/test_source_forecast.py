@@ -284,3 +284,53 @@ def test_fit_runs_off_the_event_loop(server, monkeypatch):
 
     items = asyncio.run(go())
     assert released.is_set() and items
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b'{"history": [[1700000000, 1], [1700000300, Infinity], [1700000600, 3]]}', "history[1]: value Infinity"),
+        (b'{"history": [[1700000000, 1], [1700000300, -Infinity]]}', "history[1]: value -Infinity"),
+        (b'{"history": [[Infinity, 1], [1700000300, 2]]}', "history[0]: timestamp Infinity"),
+    ],
+)
+def test_json_history_infinity_is_an_error_as_in_csv(body, message):
+    """JSON Infinity used to become a gap silently while CSV `inf` failed with a clear error."""
+    with pytest.raises(SourceError, match=r"not finite") as info:
+        parse_history_document(body, "u")
+    assert str(info.value).startswith(f"u: {message} is not finite")
+    with pytest.raises(SourceError, match=r"line 3: value 'inf' is not finite"):
+        parse_history_document(b"timestamp,value\n1700000000,1\n1700000300,inf\n", "u")
+    labels, ts, vs = parse_history_document(b'{"history": [[1, 2], [2, NaN], [3, null]]}', "u")
+    assert np.isnan(vs[1:]).all()  # gaps stay gaps
+
+
+def _source(horizon: str = "30m") -> ForecastSource:
+    return ForecastSource(
+        ForecastSource.parse_config({"history": {"api": {"url": "http://h/"}}, "horizon": horizon}, PATH),
+        CommonSourceSettings(interval=300),
+        SourceContext(),
+    )
+
+
+def test_forecast_steps_beyond_the_value_bound_are_a_warning():
+    """Steps beyond ±1e15 used to be dropped without a word: a fetch of 0 items that looked healthy."""
+    from adapter.forecast import fit_predict_many
+
+    times, values = sine_history(days=3)
+    series = [({"s": "ok"}, times, values), ({"s": "huge"}, times, values * 1e14)]  # about 5e15..1.5e16
+    items, _notes, warnings = _source()._forecast_all(fit_predict_many, series, STEP, NOW)
+    assert {i.labels["s"] for i in items} == {"ok"}
+    [warning] = [w for w in warnings if "huge" in w]
+    assert 'series {s="huge"}: 6 of 6 forecast steps left out' in warning and "±1e+15" in warning
+
+
+def test_a_forecast_entirely_beyond_the_value_bound_fails_the_fetch(server):
+    times, values = sine_history(days=3)
+    server.routes["/h"] = (
+        200,
+        "application/json",
+        json.dumps({"history": np.c_[times, values * 1e14].tolist()}).encode(),
+    )
+    with pytest.raises(SourceError, match=r"no series could be forecast: .*6 of 6 forecast steps left out"):
+        forecast({"history": {"api": {"url": server.base_url + "/h"}}, "horizon": "30m"})

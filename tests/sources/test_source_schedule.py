@@ -277,3 +277,43 @@ spec:
     assert (
         info.value.path == "spec.source.schedule.windows[0].cron" and info.value.obj == "VirtualMetricEvent/campaigns"
     )
+
+
+@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *"])
+def test_a_cron_that_never_occurs_is_refused_at_load(cron):
+    """croniter accepts these, then failed every fetch with CroniterBadDateError (an internal error)."""
+    block = {
+        "windows": [{"start": "10:00", "end": "11:00", "values": {}}, {"cron": cron, "duration": "10m", "values": {}}]
+    }
+    with pytest.raises(ValidationError) as info:
+        ScheduleSource.parse_config(block, PATH)
+    assert info.value.path == f"{PATH}.windows[1].cron"
+    assert f"'{cron}' never occurs" in info.value.detail
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 * 2 1#5", "0 0 30 2 1"])
+def test_rare_crons_still_load(cron):
+    """February 29 (every 4 years), a fifth Monday in February (2044), or Mondays OR the 30th."""
+    ScheduleSource.parse_config({"windows": [{"cron": cron, "duration": "10m", "values": {}}]}, PATH)
+
+
+def test_a_croniter_failure_while_expanding_is_a_source_error(monkeypatch):
+    from croniter import CroniterBadDateError
+
+    import adapter.sources.schedule as schedule
+    from adapter.errors import SourceError
+
+    class Failing:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def get_next(self, *args):
+            raise CroniterBadDateError("failed to find next date")
+
+    config = ScheduleSource.parse_config({"windows": [{"cron": "0 9 * * *", "duration": "1m", "values": {}}]}, PATH)
+    monkeypatch.setattr(schedule, "croniter", Failing)
+    source = ScheduleSource(config, CommonSourceSettings(interval=60), SourceContext())
+    with pytest.raises(SourceError) as info:
+        asyncio.run(source.fetch(utc(2024, 6, 7, 12, 0)))
+    assert "windows[0]: cron '0 9 * * *' could not be expanded: failed to find next date" in str(info.value)
+    assert info.value.retry_soon is False

@@ -315,3 +315,36 @@ def test_the_watcher_reads_and_parses_files_off_the_event_loop(tmp_path: Path, m
     assert parsed_on[0] == loop_thread and len(parsed_on) >= 2
     assert all(ident != loop_thread for ident in parsed_on[1:])
     assert sink.calls[-2:] == [("VirtualMetric", ["rps"]), ("VirtualMetricEvent", [])]
+
+
+@pytest.mark.parametrize(
+    "scalar, fragment",
+    [
+        ("[2023-02-30]", "invalid date or time 2023-02-30: day is out of range for month"),
+        ("[" + "9" * 5000 + "]", "has too many digits"),  # beyond Python's int-to-string limit
+    ],
+)
+def test_a_scalar_yaml_cannot_construct_is_invalid_yaml_with_its_line(
+    tmp_path: Path, scalar: str, fragment: str
+) -> None:
+    """PyYAML raised a bare ValueError for these: no line, and every object of the file dropped."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "apiVersion: prescaler.pingpong.ai/v1\nkind: VirtualMetricEvent\nmetadata: {name: ev}\n"
+        f"spec:\n  source:\n    schedule:\n      exclude: {scalar}\n"
+    )
+    with pytest.raises(ManifestError) as info:
+        load_documents(path)
+    assert str(info.value).startswith(f"{path}: line 7, column 17: invalid YAML: ")
+    assert fragment in str(info.value)
+
+
+def test_a_bad_date_in_one_file_keeps_the_other_files_working(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    _touch(tmp_path / "rps.yaml", GOOD % 1)
+    _touch(tmp_path / "dates.yaml", "kind: VirtualMetricEvent\nmetadata: {name: ev}\nspec: {exclude: [2023-02-30]}\n")
+    store = ManifestStore(sink, [str(tmp_path)])
+    store.poll()
+    error = store.errors[str(tmp_path / "dates.yaml")]
+    assert "line 3" in error and "invalid date or time 2023-02-30" in error and "ValueError" not in error
+    assert ("VirtualMetric", ["rps"]) in sink.calls
