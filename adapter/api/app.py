@@ -2,7 +2,8 @@
 
 `/apis...` is the hot path (the HPA asks every 15 s per metric and HPA), so it is a plain ASGI
 handler in front of FastAPI: a lookup in the provider's published snapshot and a few bytes of JSON.
-Everything else (health, version, /metrics, OpenAPI, preview) is ordinary FastAPI routes.
+Everything else (health, version, /metrics, OpenAPI, preview) is ordinary FastAPI routes, GET
+only: HEAD and the other methods are settled in front of them (HEAD mirrors GET, the rest is a 405).
 Errors are metav1.Status bodies exactly as an aggregated API server sends them; bad
 input never produces a 500.
 """
@@ -13,21 +14,24 @@ import functools
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from adapter import observability as obs
 from adapter.api import openapi, wire
 from adapter.api.preview_route import install_preview_routes
 from adapter.api.provider import MetricNotFound, MetricsProvider, Values
-from adapter.labels import SelectorError, parse_query_selector
+from adapter.labels import Selector, SelectorError, parse_query_selector
 from adapter.upstream import Passthrough
 from adapter.version import version_info
 
@@ -50,6 +54,19 @@ _VERSION_PREFIX = f"{_GROUP_PREFIX}/{wire.VERSION}"
 # Static discovery bodies never change; build them once.
 _GROUP_LIST = wire.api_group_list()
 _GROUP = wire.api_group()
+_NOT_FOUND_TEXT = b"404 page not found\n"
+
+# A namespace path segment must be a DNS-1123 label (or "*"): it becomes a metric label value and
+# is stored in VirtualMetric status, so an arbitrary string must never get that far.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_LABEL_MAX = 63
+_NAMESPACE_RULE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character, at most 63 characters (regex used for validation "
+    "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_QUOTED_MAX = 64  # characters of a refused value quoted back in a message
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
 
 
 class PrescalerApp:
@@ -71,13 +88,30 @@ class PrescalerApp:
         self._responses: dict[tuple[str, str, bytes], tuple[Any, float, int, bytes, int]] = {}
         self._cached_bytes = 0
         self.fastapi = _build_fastapi(self, lifespan)
+        # path -> methods of every fixed-path FastAPI route (health, version, /metrics, OpenAPI, preview)
+        self._route_methods: dict[str, frozenset[str]] = _route_methods(self.fastapi)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/apis"):
-            started = time.perf_counter()
-            route, code = await self._apis(scope, send)
-            _latency_child(route, code).observe(time.perf_counter() - started)
-            return
+        if scope["type"] == "http":
+            if scope["path"].startswith("/apis"):
+                started = time.perf_counter()
+                route, code = await self._apis(scope, send)
+                _latency_child(route, code).observe(time.perf_counter() - started)
+                return
+            method = scope["method"]
+            if method != "GET":
+                # The FastAPI routes answer GET only; settle every other method here, so that HEAD
+                # mirrors GET and nothing answers with FastAPI's own {"detail": ...} bodies.
+                allowed = self._route_methods.get(scope["path"])
+                if allowed is None:
+                    await _respond(_without_body(send) if method == "HEAD" else send, 404, _NOT_FOUND_TEXT, _TEXT)
+                    return
+                if method not in allowed:
+                    if method != "HEAD" or "GET" not in allowed:
+                        await _respond(send, 405, wire.method_not_allowed(method), _JSON)
+                        return
+                    scope = {**scope, "method": "GET"}
+                    send = _without_body(send)
         await self.fastapi(scope, receive, send)
 
     # ---------------------------------------------------------------- /apis (hot path)
@@ -95,7 +129,7 @@ class PrescalerApp:
             return "discovery", await self._discovery(send, method, self._resource_list())
         if not path.startswith(_VERSION_PREFIX + "/"):
             # Outside every web service: the generic apiserver answers text/plain.
-            await _respond(send, 404, b"404 page not found\n", _TEXT)
+            await _respond(send, 404, _NOT_FOUND_TEXT, _TEXT)
             return "other", 404
         parts = path[len(_VERSION_PREFIX) + 1 :].split("/")
         if len(parts) != 3 or parts[0] != "namespaces" or not parts[1] or not parts[2]:
@@ -104,6 +138,17 @@ class PrescalerApp:
         if method not in ("GET", "HEAD"):
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
+        namespace, metric = parts[1], parts[2]
+        if namespace != "*" and (len(namespace) > _DNS1123_LABEL_MAX or not _DNS1123_LABEL.fullmatch(namespace)):
+            # Before any lookup, forwarding or metric: the namespace becomes a label value and status.
+            await _respond(send, 400, _invalid_namespace(namespace), _JSON)
+            return "value", 400
+        if metric in (".", "..") or "%" in metric:
+            # Not a valid path segment (IsValidPathSegmentName; a decoded "/" already split the path
+            # above): an HPA cannot name it, and forwarded, the upstream client would collapse the
+            # dot segments into another path.
+            await _respond(send, 404, _metric_not_found(metric), _JSON)
+            return "value", 404
         if self.upstream is not None and not self._is_own_metric(parts[2]):
             answer = await self.upstream.forward(method, scope.get("raw_path") or path, scope.get("query_string", b""))
             await _respond(send, answer.code, answer.body, [(b"content-type", answer.content_type.encode("latin-1"))])
@@ -171,10 +216,21 @@ class PrescalerApp:
     ) -> tuple[int, bytes, float, int]:
         """(code, body, valid until, number of unknown targets named)."""
         try:
-            selector = parse_query_selector(_label_selector(query_string))
+            selector, watch = _list_options(query_string)
+        except _QueryRefused as exc:
+            return exc.code, exc.body, now, 0
         except (SelectorError, UnicodeDecodeError, ValueError) as exc:
             message = str(exc) if isinstance(exc, SelectorError) else f"invalid query string: {exc}"
             return 400, wire.status(400, "BadRequest", message), now, 0
+        if watch:
+            # What kube-apiserver answers a list-only resource asked to watch (NewMethodNotSupported).
+            body = wire.status(
+                405,
+                "MethodNotAllowed",
+                f'watch is not supported on resources of kind "{metric}.{wire.GROUP}"',
+                {"group": wire.GROUP, "kind": metric},
+            )
+            return 405, body, math.inf, 0
         result = self.provider.query(metric, namespace, selector, now)
         if isinstance(result, Values):
             if namespace != "*":  # what an HPA (always namespaced) now sees, for dashboards (bounded LRU)
@@ -198,24 +254,206 @@ def _latency_child(route: str, code: int) -> Any:
     return obs.REQUEST_SECONDS.labels(route=route, code=str(code))
 
 
-def _label_selector(query_string: bytes) -> str:
-    """The labelSelector parameter (cached when short: the HPA sends the same query every 15 s)."""
-    return _label_selector_cached(query_string) if len(query_string) <= 1024 else _parse_label_selector(query_string)
+def _list_options(query_string: bytes) -> tuple[Selector, bool]:
+    """The query decoded as ListOptions: (label selector, watch). Raises for a query kube-apiserver
+    refuses. Cached when short: the HPA sends the same query every 15 s, so its steady state costs
+    one dictionary lookup."""
+    if len(query_string) <= 1024:
+        return _list_options_cached(query_string)
+    return _parse_list_options(query_string)
 
 
 @functools.lru_cache(maxsize=4096)
-def _label_selector_cached(query_string: bytes) -> str:
-    return _parse_label_selector(query_string)
+def _list_options_cached(query_string: bytes) -> tuple[Selector, bool]:
+    return _parse_list_options(query_string)  # exceptions are not cached (refused queries are rare)
 
 
-def _parse_label_selector(query_string: bytes) -> str:
+class _QueryRefused(Exception):
+    """A query string refused before any lookup, with its Status body."""
+
+    def __init__(self, code: int, body: bytes):
+        super().__init__(code)
+        self.code = code
+        self.body = body
+
+
+def _parse_list_options(query_string: bytes) -> tuple[Selector, bool]:
+    """Decode the query as kube-apiserver decodes ListOptions for a list (docs/api.md §1.4).
+
+    In kube's order: the typed fields (an int64 that does not parse is a 400), the label and field
+    selectors (400), the list validation (422 Invalid), the field selector's labels (400); a watch
+    is refused by the caller (405). Only labelSelector changes the answer.
+    """
     if not query_string:
-        return ""
+        return parse_query_selector(""), False
     params = parse_qs(
         query_string.decode("utf-8", errors="strict"), keep_blank_values=True, errors="strict", max_num_fields=64
     )
-    values = params.get("labelSelector")
-    return values[0] if values else ""
+    # A repeated parameter counts with its first value, as in url.Values.
+    first = {key: values[0] for key, values in params.items()}
+    for key in ("timeoutSeconds", "limit"):
+        if key in first:
+            _parse_int64(first[key])
+    selector = parse_query_selector(first.get("labelSelector", ""))
+    field_terms = _parse_field_selector(first.get("fieldSelector", ""))
+    watch = "watch" in first and _kube_bool(first["watch"])
+    if not watch:
+        _validate_list(first)
+    for field, _value in field_terms:
+        if field not in ("metadata.name", "metadata.namespace"):
+            raise _bad_request(
+                f'{_go_quote(field)} is not a known field selector: only "metadata.name", "metadata.namespace"'
+            )
+    return selector, watch
+
+
+def _bad_request(message: str) -> _QueryRefused:
+    return _QueryRefused(400, wire.status(400, "BadRequest", message))
+
+
+def _go_quote(value: str) -> str:
+    """Roughly Go's %q, cut to a bounded length (a refused value is never echoed in full)."""
+    if len(value) > _QUOTED_MAX:
+        return json.dumps(value[:_QUOTED_MAX], ensure_ascii=False)[:-1] + '..."'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _parse_int64(value: str) -> int:
+    """strconv.ParseInt(value, 10, 64), with its error text."""
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise _bad_request(f"strconv.ParseInt: parsing {_go_quote(value)}: invalid syntax")
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise _bad_request(f"strconv.ParseInt: parsing {_go_quote(value)}: value out of range")
+    return number
+
+
+def _kube_bool(value: str) -> bool:
+    """runtime.Convert_Slice_string_To_bool: only "0" and "false" (any case) are false; anything
+    else, even an empty value or "no", is true. It never fails to decode."""
+    return not (value == "0" or value.lower() == "false")
+
+
+def _parse_field_selector(selector: str) -> list[tuple[str, str]]:
+    """fields.ParseSelector: comma-separated `k=v`, `k==v`, `k!=v` terms; a backslash
+    escapes a backslash, comma or equals sign within a value. The (field, value) terms, sorted as kube sorts them."""
+    if not selector:
+        return []
+    parts: list[str] = []
+    start, escaped = 0, False
+    for i, c in enumerate(selector):
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == ",":
+            parts.append(selector[start:i])
+            start = i + 1
+    parts.append(selector[start:])
+    terms: list[tuple[str, str]] = []
+    for part in sorted(parts):
+        if not part:
+            continue
+        split = _split_field_term(part)
+        if split is None:
+            raise _bad_request(f"invalid selector: '{_cut(selector)}'; can't understand '{_cut(part)}'")
+        terms.append((split[0], _unescape_field_value(split[1])))
+    return terms
+
+
+def _split_field_term(term: str) -> tuple[str, str] | None:
+    for i in range(len(term)):
+        for op in ("!=", "==", "="):
+            if term.startswith(op, i):
+                return term[:i], term[i + len(op) :]
+    return None
+
+
+def _unescape_field_value(value: str) -> str:
+    out: list[str] = []
+    escaped = False
+    for c in value:
+        if escaped:
+            if c not in "\\,=":
+                raise _bad_request(f"invalid field selector: invalid escape sequence: \\{c}")
+            out.append(c)
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c in ",=":
+            # Go prints the rune with %v: its code point.
+            raise _bad_request(f"invalid field selector: unescaped character in value: {ord(c)}")
+        else:
+            out.append(c)
+    if escaped:
+        raise _bad_request("invalid field selector: invalid escape sequence: \\")
+    return "".join(out)
+
+
+def _cut(value: str) -> str:
+    return value if len(value) <= _QUOTED_MAX else value[:_QUOTED_MAX] + "..."
+
+
+def _validate_list(first: dict[str, str]) -> None:
+    """metainternalversion validation.ValidateListOptions for a list (not a watch): 422 Invalid."""
+    errors: list[tuple[str, str, str]] = []  # (field, cause reason, body)
+    match = first.get("resourceVersionMatch", "")
+    if match:
+        if not first.get("resourceVersion", ""):
+            errors.append(
+                (
+                    "resourceVersionMatch",
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                )
+            )
+        if first.get("continue", ""):
+            errors.append(
+                (
+                    "resourceVersionMatch",
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                )
+            )
+        if match not in ("Exact", "NotOlderThan"):
+            errors.append(
+                (
+                    "resourceVersionMatch",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: {_go_quote(match)}: supported values: "Exact", "NotOlderThan", ""',
+                )
+            )
+        if match == "Exact" and first.get("resourceVersion") == "0":
+            errors.append(
+                (
+                    "resourceVersionMatch",
+                    "FieldValueForbidden",
+                    'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                )
+            )
+    if "sendInitialEvents" in first:
+        errors.append(
+            ("sendInitialEvents", "FieldValueForbidden", "Forbidden: sendInitialEvents is forbidden for list")
+        )
+    if not errors:
+        return
+    texts = [f"{field}: {body}" for field, _, body in errors]
+    listed = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    details = {
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [{"reason": reason, "message": body, "field": field} for field, reason, body in errors],
+    }
+    raise _QueryRefused(422, wire.status(422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {listed}', details))
+
+
+def _invalid_namespace(namespace: str) -> bytes:
+    return wire.status(400, "BadRequest", f"invalid namespace {_go_quote(namespace)}: {_NAMESPACE_RULE}")
+
+
+def _metric_not_found(metric: str) -> bytes:
+    # The same Status a metric prescaler does not define gets (adapter.pipeline.query).
+    return wire.status(404, "NotFound", f"the server could not find the metric {_cut(metric)} for namespaces")
 
 
 async def _respond(send: Send, code: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -227,6 +465,28 @@ async def _respond(send: Send, code: int, body: bytes, headers: list[tuple[bytes
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _without_body(send: Send) -> Send:
+    """HEAD: the GET answer's status and headers (Content-Length included), no body."""
+
+    async def send_head(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return send_head
+
+
+def _route_methods(api: FastAPI) -> dict[str, frozenset[str]]:
+    """Fixed paths of the FastAPI app and their methods (the catch-all fallback has a parameter)."""
+    routes: dict[str, frozenset[str]] = {}
+    for route in api.routes:
+        path = getattr(route, "path", None)
+        methods = getattr(route, "methods", None)
+        if isinstance(path, str) and methods and "{" not in path:
+            routes[path] = routes.get(path, frozenset()) | frozenset(methods)
+    return routes
 
 
 # ---------------------------------------------------------------- everything that is not /apis
@@ -242,6 +502,23 @@ def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None) -> Fas
                 yield
 
     api = FastAPI(title="prescaler", docs_url=None, redoc_url=None, openapi_url=None, lifespan=_lifespan)
+
+    # Never FastAPI's {"detail": ...}: every error is a metav1.Status (PrescalerApp settles methods
+    # before FastAPI sees them; these cover whatever still gets here).
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405 and request.scope["path"] in app._route_methods:
+            body = wire.method_not_allowed(request.method)
+        elif exc.status_code in (404, 405):  # 405 from the catch-all: an unknown path
+            return Response(_NOT_FOUND_TEXT, status_code=404, media_type="text/plain; charset=utf-8")
+        else:
+            body = wire.status(exc.status_code, _REASONS.get(exc.status_code, "BadRequest"), str(exc.detail))
+        return Response(body, status_code=exc.status_code, media_type="application/json")
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        body = wire.status(400, "BadRequest", f"invalid request: {len(exc.errors())} invalid parameter(s)")
+        return Response(body, status_code=400, media_type="application/json")
 
     @api.get("/healthz", response_class=PlainTextResponse)
     @api.get("/livez", response_class=PlainTextResponse)
@@ -279,7 +556,9 @@ def _build_fastapi(app: PrescalerApp, lifespan: Callable[[], Any] | None) -> Fas
     @api.api_route(
         "/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], include_in_schema=False
     )
-    async def fallback(path: str) -> Response:
-        return PlainTextResponse("404 page not found\n", status_code=404)
+    async def fallback(request: Request) -> Response:
+        if request.scope["path"] in app._route_methods:  # a fixed route asked with another method
+            return Response(wire.method_not_allowed(request.method), status_code=405, media_type="application/json")
+        return Response(_NOT_FOUND_TEXT, status_code=404, media_type="text/plain; charset=utf-8")
 
     return api

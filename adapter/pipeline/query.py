@@ -95,12 +95,15 @@ def query(published: Published, metric: str, namespace: str, selector: Selector,
             valid_until = min(valid_until, next_change)
         values.append(TargetValue(target.resource, ns, target.labels, value))
         seen.add(target.resource)
-    # A selector that names a resource always gets an item: an empty list would make the HPA treat
-    # the metric as failed and stop scaling down.
+    # A selector that names a resource nothing feeds always gets an item: an empty list would make
+    # the HPA treat the metric as failed and stop scaling down. A resource that is fed but that the
+    # selector's other terms exclude (resource=a,tier!=gold on a target labelled tier=gold) gets none:
+    # its real labels decided, not the {resource: a} of a target that does not exist.
     if namespace != "*":
+        fed = found.by_resource if found is not None else {}
         for resource in sorted(pinned or ()):
             labels = {"resource": resource}
-            if resource not in seen and selector.matches(labels):
+            if resource not in seen and resource not in fed and selector.matches(labels):
                 if found is not None and found.waiting:
                     runner, owner = found.waiting[0]
                     return SourceOnHold(metric, _stale_message(metric, namespace, resource, owner, runner, now))

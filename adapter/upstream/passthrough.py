@@ -34,6 +34,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import httpx
 
@@ -173,6 +174,10 @@ class Passthrough:
     async def forward(self, method: str, raw_path: bytes | str, query_string: bytes = b"") -> Answer:
         """Send the caller's path and query to the upstream with prescaler's identity; never raises."""
         path = raw_path.decode("latin-1") if isinstance(raw_path, bytes) else raw_path
+        if _has_dot_segment(path):
+            # The HTTP client would collapse it (`.../ns-1/..` -> `.../namespaces`): never forward a
+            # path other than the caller's. The API layer refuses these first; this is the backstop.
+            return Answer(404, status_body(404, "NotFound", "the server could not find the requested resource"), _JSON)
         query = query_string.decode("latin-1")
         return await self._exchange(
             "value", method if method in ("GET", "HEAD") else "GET", path + (f"?{query}" if query else "")
@@ -324,6 +329,11 @@ class Passthrough:
                 name,
             )
         self._reported_shadowed |= shadowed
+
+
+def _has_dot_segment(path: str) -> bool:
+    """A "." or ".." segment, also percent-encoded (%2E), which URL normalisation would remove."""
+    return any(unquote(segment) in (".", "..") for segment in path.split("/"))
 
 
 def _content_type(value: str | None) -> str:
