@@ -28,9 +28,10 @@ ON_STALE = ("Hold", "UseKnown")
 COMMON_SOURCE_FIELDS = ("interval", "timeout", "staleAfter", "onStale")
 
 # A metric name becomes a URL path segment: no '/', '%', and not '.' or '..'.
-_METRIC_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:|]{0,251}[A-Za-z0-9_])?$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_METRIC_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:|]{0,251}[A-Za-z0-9_])?\Z")
+# \Z, not $: `$` also matches before a trailing newline, and "ns\n" is no namespace.
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 MAX_METRIC_ENTRIES = 1000
 
 

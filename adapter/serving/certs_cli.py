@@ -22,7 +22,7 @@ import yaml
 from adapter.serving.certs import make_ca, make_serving_cert
 
 # RFC 1123 label: what Kubernetes accepts for Service and Namespace names.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 def service_sans(service: str, namespace: str, cluster_domain: str = "cluster.local") -> list[str]:

@@ -33,7 +33,7 @@ from adapter.sources.base import CommonSourceSettings, Source, SourceContext
 
 FUTURE_KINDS = ("api", "schedule")
 MAX_REGRESSORS = 8
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 EXTRA_VALUES = ("baseline", "events")
 
 

@@ -82,7 +82,7 @@ MAX_CODING_LAYERS = 2
 _PIECE = 64 * 1024  # decoded bytes produced per step, so memory stays bounded while inflating
 
 # RFC 7230 token: what a header name may contain.
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}\Z")
 # Headers the client sets itself; letting users override them would break framing or routing.
 _RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 

@@ -68,7 +68,7 @@ _DAY_NAMES = {
     )
     for name in names
 }
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\Z")
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,20 @@ def _vme(source=None, metrics=None, **extra):
             "spec.metrics[0].resource.namespace",
             "not a valid namespace",
         ),
+        (  # `$` in a pattern also matches before a trailing newline: names are matched whole
+            _vme(
+                metrics=[{"name": "rps", "resource": {"name": "a", "namespace": "ab\n"}, "value": {"expression": "n"}}]
+            ),
+            "spec.metrics[0].resource.namespace",
+            "not a valid namespace",
+        ),
+        (
+            _vme(
+                metrics=[{"name": "rps", "resource": {"name": "a\n", "namespace": "ab"}, "value": {"expression": "n"}}]
+            ),
+            "spec.metrics[0].resource.name",
+            "not a valid resource name",
+        ),
         (
             _vme(
                 metrics=[
