@@ -6,7 +6,7 @@ set -uo pipefail
 
 py=${1:?usage: scripts/bench-all.sh PYTHON}
 benches=(
-    serve timeline scale
+    serve timeline overlap scale
     cluster_start # the control plane of make e2e (built once, cached)
     forecast scaling fusion upstream reliability_sources reliability
 )
