@@ -89,6 +89,7 @@ def test_promtool_check_rules_passes(tmp_path: Path) -> None:
         "PrescalerExpressionErrors",
         "PrescalerAPIServiceErrors",
         "PrescalerNoSuccessfulFetchSinceStart",
+        "PrescalerPublishFailing",
     } <= alerts
 
 
@@ -137,6 +138,9 @@ def test_alerts_fire_when_they_should(tmp_path: Path) -> None:
                         "values": "1+6x22",
                     },
                     {"series": 'prescaler_expression_failures_total{event="fine", instance="a"}', "values": "0+1x22"},
+                    # Replica a fails to publish from minute 3 on (retried every minute at most); b never.
+                    {"series": 'prescaler_timeline_recompute_failures_total{instance="a"}', "values": "0 0 0 1+1x19"},
+                    {"series": 'prescaler_timeline_recompute_failures_total{instance="b"}', "values": "0x22"},
                 ],
                 "alert_rule_test": [
                     {
@@ -162,6 +166,17 @@ def test_alerts_fire_when_they_should(tmp_path: Path) -> None:
                         ],
                     },
                     {"eval_time": "2m", "alertname": "PrescalerSourceStale", "exp_alerts": []},
+                    {
+                        "eval_time": "12m",
+                        "alertname": "PrescalerPublishFailing",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", "instance": "a"},
+                                "exp_annotations": _annotations("PrescalerPublishFailing", {"instance": "a"}),
+                            }
+                        ],
+                    },
+                    {"eval_time": "2m", "alertname": "PrescalerPublishFailing", "exp_alerts": []},
                 ],
             }
         ],
