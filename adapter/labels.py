@@ -67,10 +67,20 @@ _GO_INT_RE = re.compile(r"[+-]?[0-9]+")  # strconv.ParseInt(s, 10, 64) syntax: n
 
 def _parse_int64(text: str) -> int | None:
     """strconv.ParseInt(text, 10, 64), or None where Go returns an error."""
+    return None if int64_error(text) else int(text)
+
+
+def int64_error(text: str) -> str | None:
+    """The error strconv.ParseInt(text, 10, 64) gives ("invalid syntax", "value out of range"), or
+    None when it parses."""
     if not _GO_INT_RE.fullmatch(text):
-        return None
-    number = int(text)
-    return number if _INT64_MIN <= number <= _INT64_MAX else None
+        return "invalid syntax"
+    return None if _INT64_MIN <= int(text) <= _INT64_MAX else "value out of range"
+
+
+def is_dns1123_label(value: str) -> bool:
+    """A DNS-1123 label (a namespace name): at most 63 characters of [a-z0-9-], alphanumeric at both ends."""
+    return len(value) <= _NAME_MAX and _DNS1123_LABEL_RE.fullmatch(value) is not None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -90,6 +100,7 @@ _LABEL_VALUE_MSG = (
 _DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
 _DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
+_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL_FMT)
 _DNS1123_SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
     "and must start and end with an alphanumeric character"
@@ -175,7 +186,7 @@ _GO_ESCAPES = {
 }
 
 
-def _go_quote(text: str) -> str:
+def go_quote(text: str) -> str:
     """Approximates Go's %q (strconv.Quote) so messages show odd characters the way Go does."""
     out = ['"']
     for char in text:
@@ -195,7 +206,7 @@ def _go_quote(text: str) -> str:
 
 def _go_string_slice(values: Iterable[str]) -> str:
     # %#v of a []string, used when the value list as a whole is invalid
-    return "[]string{" + ", ".join(_go_quote(v) for v in values) + "}"
+    return "[]string{" + ", ".join(go_quote(v) for v in values) + "}"
 
 
 def _invalid(path: str, shown_value: str, detail: str) -> str:
@@ -211,7 +222,7 @@ def _aggregate(messages: list[str]) -> str:
 
 def _key_error(key: str, path: str) -> str | None:
     errors = _qualified_name_errors(key)
-    return _invalid(path, _go_quote(key), "; ".join(errors)) if errors else None
+    return _invalid(path, go_quote(key), "; ".join(errors)) if errors else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -325,16 +336,16 @@ def _requirement_errors(key: str, operator: str, values: list[str], check_key: b
             if _parse_int64(value) is None:
                 problems.append(
                     _invalid(
-                        f"values[{index}]", _go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"
+                        f"values[{index}]", go_quote(value), "for 'Gt', 'Lt' operators, the value must be an integer"
                     )
                 )
     else:
-        supported = ", ".join(_go_quote(op) for op in OPERATORS)
-        problems.append(f"operator: Unsupported value: {_go_quote(str(operator))}: supported values: {supported}")
+        supported = ", ".join(go_quote(op) for op in OPERATORS)
+        problems.append(f"operator: Unsupported value: {go_quote(str(operator))}: supported values: {supported}")
     for index, value in enumerate(values):
         errors = _label_value_errors(value)
         if errors:
-            problems.append(_invalid(f"values[{index}][{key}]", _go_quote(value), "; ".join(errors)))
+            problems.append(_invalid(f"values[{index}][{key}]", go_quote(value), "; ".join(errors)))
     return problems
 
 

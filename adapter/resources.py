@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from adapter.errors import ValidationError
 from adapter.fields import expect_mapping, read_bool, read_duration, read_number, read_string, reject_unknown
+from adapter.labels import is_dns1123_label
 from adapter.policy import DEFAULT_TOLERANCE, MERGE_STRATEGIES, MetricPolicy, ToleranceStep
 
 GROUP = "prescaler.pingpong.ai"
@@ -29,8 +30,7 @@ COMMON_SOURCE_FIELDS = ("interval", "timeout", "staleAfter", "onStale")
 
 # A metric name becomes a URL path segment: no '/', '%', and not '.' or '..'.
 _METRIC_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:|]{0,251}[A-Za-z0-9_])?\Z")
-# \Z, not $: `$` also matches before a trailing newline, and "ns\n" is no namespace.
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+# \Z, not $: `$` also matches before a trailing newline, and "ns\n" is no name.
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 MAX_METRIC_ENTRIES = 1000
 
@@ -372,7 +372,7 @@ def _common_entry(item: Any, metric_ok: dict[str, bool], namespace_ok: dict[str,
         ok = metric_ok[metric] = bool(metric) and _METRIC_NAME.match(metric) is not None
     known = namespace_ok.get(namespace)
     if known is None:
-        known = namespace_ok[namespace] = bool(namespace) and _DNS1123_LABEL.match(namespace) is not None
+        known = namespace_ok[namespace] = is_dns1123_label(namespace)
     if not (ok and known and _DNS1123_SUBDOMAIN.match(name) and expression.strip()):
         return None
     return MetricEntry(metric=metric, resource=ResourceRef(namespace=namespace, name=name), expression=expression)
@@ -384,7 +384,7 @@ def _parse_resource(raw: Any, path: str) -> ResourceRef:
     res = expect_mapping(raw, path)
     reject_unknown(res, ("name", "namespace", "nameFromLabel"), path)
     namespace = read_string(res, "namespace", path, required=True) or ""
-    if not _DNS1123_LABEL.match(namespace):
+    if not is_dns1123_label(namespace):
         raise ValidationError(f"{path}.namespace", f"{namespace!r} is not a valid namespace name")
     name = read_string(res, "name", path)
     from_label = read_string(res, "nameFromLabel", path)

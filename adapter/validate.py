@@ -41,6 +41,7 @@ import jsonschema
 import yaml
 
 from adapter.crd import BUILDERS, GROUP
+from adapter.fields import show_value
 from adapter.yamlload import FastSafeLoader, SafeLoader
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -141,8 +142,6 @@ def _shortened(error: Any) -> str:
     """jsonschema's message, with a long integer literal it quotes shortened (400 digits, say)."""
     instance = error.instance
     if isinstance(instance, int) and not isinstance(instance, bool) and instance.bit_length() > 128:
-        from adapter.fields import show_value
-
         return str(error.message).replace(repr(instance), show_value(instance))
     return str(error.message)
 
@@ -158,8 +157,6 @@ def oversized_integers(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple
         for index, item in enumerate(value):
             yield from oversized_integers(item, (*path, str(index)))
     elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
-        from adapter.fields import show_value
-
         yield ".".join(path) or "<root>", f"{show_value(value)} is out of range: an integer must fit in 64 bits"
 
 

@@ -14,7 +14,6 @@ import functools
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -31,7 +30,7 @@ from adapter import observability as obs
 from adapter.api import openapi, wire
 from adapter.api.preview_route import install_preview_routes
 from adapter.api.provider import MetricNotFound, MetricsProvider, Values
-from adapter.labels import Selector, SelectorError, parse_query_selector
+from adapter.labels import Selector, SelectorError, go_quote, int64_error, is_dns1123_label, parse_query_selector
 from adapter.upstream import Passthrough
 from adapter.version import version_info
 
@@ -58,8 +57,6 @@ _NOT_FOUND_TEXT = b"404 page not found\n"
 
 # A namespace path segment must be a DNS-1123 label (or "*"): it becomes a metric label value and
 # is stored in VirtualMetric status, so an arbitrary string must never get that far.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_LABEL_MAX = 63
 _NAMESPACE_RULE = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
     "start and end with an alphanumeric character, at most 63 characters (regex used for validation "
@@ -139,7 +136,7 @@ class PrescalerApp:
             await _respond(send, 405, wire.method_not_allowed(method), _JSON)
             return "value", 405
         namespace, metric = parts[1], parts[2]
-        if namespace != "*" and (len(namespace) > _DNS1123_LABEL_MAX or not _DNS1123_LABEL.fullmatch(namespace)):
+        if namespace != "*" and not is_dns1123_label(namespace):
             # Before any lookup, forwarding or metric: the namespace becomes a label value and status.
             await _respond(send, 400, _invalid_namespace(namespace), _JSON)
             return "value", 400
@@ -312,20 +309,17 @@ def _bad_request(message: str) -> _QueryRefused:
 
 
 def _go_quote(value: str) -> str:
-    """Roughly Go's %q, cut to a bounded length (a refused value is never echoed in full)."""
+    """Go's %q, cut to a bounded length (a refused value is never echoed in full)."""
     if len(value) > _QUOTED_MAX:
-        return json.dumps(value[:_QUOTED_MAX], ensure_ascii=False)[:-1] + '..."'
-    return json.dumps(value, ensure_ascii=False)
+        return go_quote(value[:_QUOTED_MAX])[:-1] + '..."'
+    return go_quote(value)
 
 
-def _parse_int64(value: str) -> int:
-    """strconv.ParseInt(value, 10, 64), with its error text."""
-    if not re.fullmatch(r"[+-]?[0-9]+", value):
-        raise _bad_request(f"strconv.ParseInt: parsing {_go_quote(value)}: invalid syntax")
-    number = int(value)
-    if not -(2**63) <= number < 2**63:
-        raise _bad_request(f"strconv.ParseInt: parsing {_go_quote(value)}: value out of range")
-    return number
+def _parse_int64(value: str) -> None:
+    """strconv.ParseInt(value, 10, 64) as kube decodes an integer parameter: a 400 with Go's error."""
+    error = int64_error(value)
+    if error:
+        raise _bad_request(f"strconv.ParseInt: parsing {_go_quote(value)}: {error}")
 
 
 def _kube_bool(value: str) -> bool:
