@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.fields import as_float, show_value
+from adapter.timefmt import rfc3339
 
 # Bounds that keep every later computation finite and exact enough: unix seconds up to year ~2200,
 # values well inside float64's exact-integer range so quantities stay meaningful.
@@ -43,7 +44,7 @@ def parse_item(raw: Any, where: str = "item") -> Item:
     start = _timestamp(raw.get("start"), f"{where}.start")
     end = _timestamp(raw.get("end"), f"{where}.end")
     if not start < end:
-        raise ItemError(f"{where}: start ({start:g}) must be before end ({end:g})")
+        raise ItemError(f"{where}: start ({_instant(start)}) must be before end ({_instant(end)})")
     values_raw = raw.get("values", {})
     if values_raw is None:
         values_raw = {}
@@ -92,6 +93,12 @@ def _number(value: Any, where: str) -> float:
     if abs(number) > MAX_ABS_VALUE:
         raise ItemError(f"{where}: {number:g} is outside ±{MAX_ABS_VALUE:g}")
     return number
+
+
+def _instant(unix: float) -> str:
+    """Exact unix seconds and their UTC time: %g would show two different seconds of today alike."""
+    shown = f"{unix:.0f}" if unix == int(unix) else repr(unix)
+    return f"{shown}, {rfc3339(unix)}"
 
 
 def _timestamp(value: Any, where: str) -> float:
