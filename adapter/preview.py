@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from adapter.durations import DurationError, parse_duration
 from adapter.items import Item
+from adapter.pipeline.notices import event_warnings
 from adapter.pipeline.objects import ObjectTable, resolve_metric_names
 from adapter.pipeline.preview import PreviewRequest, parse_time, preview_document
 from adapter.pipeline.publish import build_published
@@ -175,11 +176,20 @@ async def _preview(args: argparse.Namespace) -> dict[str, Any]:
         table.events[runner.owner].runner = runner
         if runner.health.last_error:
             print(f"warning: VirtualMetricEvent {runner.owner}: {runner.health.last_error}", file=sys.stderr)
+        # Items the source skipped (a typo in one announced item) are what the server's status shows.
+        for text in runner.health.warnings:
+            print(f"warning: VirtualMetricEvent {runner.owner}: {text}", file=sys.stderr)
         table.snapshot(runner.owner, snapshots.get(runner.owner, []))
-    for state in table.events.values():
+    names = resolve_metric_names(table.metrics.values())
+    for conflict in names.conflicts.values():
+        print(f"warning: {conflict}", file=sys.stderr)
+    for name, state in table.events.items():
         if state.error:
             print(f"warning: {state.error}", file=sys.stderr)
-    published = build_published(resolve_metric_names(table.metrics.values()).served, table.feeds(), start)
+        # The same non-fatal problems the server logs once (a metric nothing defines, ...).
+        for text in sorted(event_warnings(state, names.served.keys())):
+            print(f"warning: VirtualMetricEvent {name}: {text}", file=sys.stderr)
+    published = build_published(names.served, table.feeds(), start)
     req = PreviewRequest(
         args.metric, args.namespace, args.resource, start, parse_duration(args.duration), parse_duration(args.step)
     )

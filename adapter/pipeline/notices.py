@@ -110,12 +110,7 @@ class Notices:
         metric names loaded VirtualMetrics serve now (not the published snapshot's: before the
         first publication ends it has none, and every event was warned about its metric)."""
         for name, state in events.items():
-            warnings = set()
-            if state.vme is not None and state.error is None:
-                for metric in sorted(state.metric_names.difference(defined)):
-                    warnings.add(f"names metric {metric!r}, which no VirtualMetric defines: it contributes nothing")
-                warnings.update(f"no HPA can query target {t}" for t in state.unreachable)
-            new = frozenset(warnings)
+            new = event_warnings(state, defined)
             for text in sorted(new - self._warned.get(name, frozenset())):
                 log.warning("VirtualMetricEvent %s: %s", name, text)
             self._warned[name] = new
@@ -124,6 +119,19 @@ class Notices:
         """After warn_once has seen every event (in pieces): forget the events that are gone."""
         for gone in self._warned.keys() - set(names):
             del self._warned[gone]
+
+
+def event_warnings(state: EventState, defined: Collection[str]) -> frozenset[str]:
+    """An accepted event's non-fatal problems: metrics no VirtualMetric defines, targets no HPA can
+    query. The server logs them once; `preview` prints them with its table."""
+    if state.vme is None or state.error is not None:
+        return frozenset()
+    warnings = {
+        f"names metric {metric!r}, which no VirtualMetric defines: it contributes nothing"
+        for metric in state.metric_names.difference(defined)
+    }
+    warnings.update(f"no HPA can query target {t}" for t in state.unreachable)
+    return frozenset(warnings)
 
 
 STARTUP_GRACE_SECONDS = 30.0  # longest the first fetches may delay readiness

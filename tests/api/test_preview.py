@@ -332,3 +332,53 @@ def test_preview_reads_the_objects_from_a_cluster(tmp_path: Path) -> None:
     )
     assert unreachable.returncode == 2 and "kubeconfig" in unreachable.stderr
     assert "Traceback" not in unreachable.stderr
+
+
+def test_preview_cli_prints_the_warnings_the_server_would_report(tmp_path: Path) -> None:
+    """Skipped items, a metric no VirtualMetric defines and a contested metric name are printed, and the
+    table is still made of what is valid."""
+    from tests.source_http_fixture import start_server
+
+    body = json.dumps(
+        {
+            "items": [
+                {"id": "ok", "start": NOW + 60, "end": NOW + 120, "values": {"n": 5}},
+                {"id": "typo", "start": NOW + 60, "end": NOW + 30, "values": {"n": 9}},
+            ]
+        }
+    ).encode()
+    server, stop = start_server({"/items": (200, "application/json", body)})
+    announced = {
+        "apiVersion": "prescaler.pingpong.ai/v1",
+        "kind": "VirtualMetricEvent",
+        "metadata": {"name": "announced"},
+        "spec": {
+            "source": {"api": {"url": server.base_url + "/items"}},
+            "metrics": [entry("service-a", "service-a", "n"), entry("service-a", "service-a", "n", "qps")],
+        },
+    }
+    first, second = metric("rps", leadTime="1m"), metric("rps", leadTime="1m")
+    first["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    second["metadata"]["name"] = "rps-again"
+    second["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump_all([first, second, announced]))
+    try:
+        run_ = subprocess.run(
+            [sys.executable, "-m", "adapter.cli", "preview", "--manifests", str(tmp_path), "--metric", "rps"]
+            + ["--namespace", "service-a", "--resource", "service-a", "--from", str(NOW), "--duration", "4m"]
+            + ["--step", "1m", "--allow-private-networks", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        stop()
+    assert run_.returncode == 0, run_.stderr
+    warnings = [line for line in run_.stderr.splitlines() if line.startswith("warning: ")]
+    skipped = f"VirtualMetricEvent announced: items[1]: start ({NOW + 60:.0f}, "
+    assert any(skipped in w and f"must be before end ({NOW + 30:.0f}, " in w for w in warnings), warnings
+    assert any("VirtualMetricEvent announced: names metric 'qps'" in w for w in warnings), warnings
+    assert any("VirtualMetric/rps-again: spec.name: metric 'rps' is already served" in w for w in warnings), warnings
+    assert len(warnings) == 3, warnings
+    assert [s["value"] for s in json.loads(run_.stdout)["steps"]] == [5, 5, 0, 0, 0]
