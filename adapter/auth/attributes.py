@@ -10,9 +10,11 @@ request: verb ``list`` (``watch`` with ``?watch=true``), group ``external.metric
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
+
+from adapter import labels
 
 _API_PREFIXES = {"api", "apis"}
 _GROUPLESS_PREFIXES = {"api"}
@@ -34,6 +36,8 @@ class RequestAttributes:
     name: str = ""
     # Parsed label selector requirements for the SAR (None: no selector or unparsable).
     label_requirements: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None
+    # len(method + path + query) the attributes were built from: caches key large ones by digest.
+    size: int = field(default=0, compare=False, repr=False)
 
     def sar_attributes(self) -> dict[str, Any]:
         """The ``resourceAttributes`` / ``nonResourceAttributes`` part of a SubjectAccessReview spec."""
@@ -62,6 +66,9 @@ class RequestAttributes:
 
 _MEMO: dict[tuple[str, str, bytes | str], RequestAttributes] = {}
 _MEMO_MAX = 4096
+# Only short requests are memoized (an HPA's URL is ~100 bytes): a memo of 4096 arbitrary URLs of
+# up to 64 KB, filled by anonymous requests, would pin 256 MB.
+_MEMO_KEY_MAX_SIZE = 1024
 
 
 def request_attributes(method: str, path: str, query_string: bytes | str = b"") -> RequestAttributes:
@@ -70,16 +77,25 @@ def request_attributes(method: str, path: str, query_string: bytes | str = b"") 
     attrs = _MEMO.get(key)
     if attrs is None:
         attrs = _request_attributes(method, path, query_string)
-        if len(_MEMO) >= _MEMO_MAX:
-            _MEMO.clear()  # crude but bounded; refilled by the next requests
-        _MEMO[key] = attrs
+        if attrs.size <= _MEMO_KEY_MAX_SIZE:
+            if len(_MEMO) >= _MEMO_MAX:
+                _MEMO.clear()  # crude but bounded; refilled by the next requests
+            _MEMO[key] = attrs
     return attrs
 
 
+def _split_path(path: str) -> list[str]:
+    """splitPath: trim "/" at both ends, then split, keeping empty segments in between (so an
+    empty namespace segment is an empty namespace, not a shift of the later segments)."""
+    trimmed = path.strip("/")
+    return trimmed.split("/") if trimmed else []
+
+
 def _request_attributes(method: str, path: str, query_string: bytes | str) -> RequestAttributes:
+    size = len(method) + len(path) + len(query_string)
     verb_for_method = _METHOD_VERBS.get(method.upper(), method.lower())
-    parts = [p for p in path.strip("/").split("/") if p] if path.strip("/") else []
-    non_resource = RequestAttributes(verb=method.lower(), path=path, resource_request=False)
+    parts = _split_path(path)
+    non_resource = RequestAttributes(verb=method.lower(), path=path, resource_request=False, size=size)
     if len(parts) < 3 or parts[0] not in _API_PREFIXES:
         return non_resource
     prefix, rest = parts[0], parts[1:]
@@ -107,12 +123,15 @@ def _request_attributes(method: str, path: str, query_string: bytes | str) -> Re
         query_string.decode("latin-1") if isinstance(query_string, bytes) else query_string, keep_blank_values=True
     )
     if not name and verb == "get":
-        watch = (query.get("watch") or [""])[0].lower()
-        verb = "watch" if watch not in ("", "false", "0") else "list"
+        # runtime.Convert_Slice_string_To_bool: only "0" and "false" (any case) are false, so an
+        # empty ``?watch=`` is a watch (the API answers it 405 as one, adapter.api.app._kube_bool).
+        # A ``fieldSelector=metadata.name=x`` is deliberately *not* made the name, as RequestInfo
+        # does: the API ignores field selectors, so authorizing a single name would serve them all.
+        watch = query.get("watch")
+        verb = "watch" if watch and watch[0] != "0" and watch[0].lower() != "false" else "list"
     requirements = None
-    selector = (query.get("labelSelector") or [""])[0]
-    if selector and verb in ("list", "watch"):
-        requirements = parse_label_requirements(selector)
+    if verb in ("list", "watch"):
+        requirements = _selector_requirements(query_string)
     return RequestAttributes(
         verb=verb,
         path=path,
@@ -124,56 +143,55 @@ def _request_attributes(method: str, path: str, query_string: bytes | str) -> Re
         subresource=subresource,
         name=name,
         label_requirements=requirements,
+        size=size,
     )
 
 
-_KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
-_SET_RE = re.compile(rf"^\s*({_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*$")
-_EQ_RE = re.compile(rf"^\s*({_KEY})\s*(==|=|!=)\s*([^\s=!<>(),]*)\s*$")
-_EXISTS_RE = re.compile(rf"^\s*(!?)\s*({_KEY})\s*$")
-_CMP_RE = re.compile(rf"^\s*({_KEY})\s*(<|>)\s*(-?\d+)\s*$")
+# webhook.go labelSelectorToAuthorizationAPI: =, ==, in -> In; !=, notin -> NotIn; Gt/Lt dropped.
+_SAR_OPERATORS = {
+    labels.EQUALS: "In",
+    labels.DOUBLE_EQUALS: "In",
+    labels.IN: "In",
+    labels.NOT_EQUALS: "NotIn",
+    labels.NOT_IN: "NotIn",
+    labels.EXISTS: "Exists",
+    labels.DOES_NOT_EXIST: "DoesNotExist",
+}
 
 
-def _split_top_level(selector: str) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for ch in selector:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    return parts
+def _selector_requirements(query_string: bytes | str) -> tuple[tuple[str, str, tuple[str, ...]], ...] | None:
+    """The ``labelSelector`` decoded exactly as the API decodes it (adapter.api.app: UTF-8, first
+    value), so the review is about the selection that is served; None if there is none."""
+    try:
+        text = query_string.decode("utf-8") if isinstance(query_string, bytes) else query_string
+        values = parse_qs(text, keep_blank_values=True, errors="strict").get("labelSelector")
+    except ValueError:  # UnicodeDecodeError included: the API answers 400
+        return None
+    if not values or not values[0]:
+        return None
+    return parse_label_requirements(values[0])
+
+
+_EMPTY_VALUE_LIST = re.compile(r"\(\s*\)")
 
 
 def parse_label_requirements(selector: str) -> tuple[tuple[str, str, tuple[str, ...]], ...] | None:
-    """Label selector -> SAR requirements (webhook.go: In/NotIn/Exists/DoesNotExist; Gt/Lt dropped).
+    """Label selector -> SAR requirements, parsed by :func:`adapter.labels.parse_selector` (the
+    parser the API filters with; a second parser here once disagreed with it, e.g. at a NUL byte).
 
     Returns None when the selector does not parse; the API handler then answers 400 itself, and the
-    SAR is simply sent without a selector (which is what a server without the feature does).
+    SAR is simply sent without a selector (which is what kube does with a selector it cannot parse).
     """
-    out: list[tuple[str, str, tuple[str, ...]]] = []
-    for raw in _split_top_level(selector):
-        if not raw.strip():
-            return None
-        if m := _SET_RE.match(raw):
-            values = tuple(sorted(v.strip() for v in m.group(4).split(",")))
-            if all(not v for v in values):
-                return None
-            out.append((m.group(1), "In" if m.group(3) == "in" else "NotIn", values))
-        elif m := _EQ_RE.match(raw):
-            out.append((m.group(1), "NotIn" if m.group(3) == "!=" else "In", (m.group(4),)))
-        elif m := _CMP_RE.match(raw):
-            continue
-        elif m := _EXISTS_RE.match(raw):
-            out.append((m.group(2), "DoesNotExist" if m.group(1) else "Exists", ()))
-        else:
-            return None
-    # labels.Parse sorts requirements by key; the SAR lists them in that order.
-    return tuple(sorted(out, key=lambda r: r[0]))
+    if _EMPTY_VALUE_LIST.search(selector):
+        # Go reads "k in ()" as k in (""); the SAR goes without a selector instead (what the earlier
+        # parser here did): a broader review than the selection served, never a narrower one.
+        return None
+    try:
+        selector_obj = labels.parse_selector(selector)
+    except labels.SelectorError:
+        return None
+    out = [
+        (r.key, _SAR_OPERATORS[r.operator], r.values) for r in selector_obj.requirements if r.operator in _SAR_OPERATORS
+    ]
+    # labels.Parse sorts requirements by key (stable); the SAR lists them in that order.
+    return tuple(out)

@@ -7,6 +7,8 @@ concurrent identical reviews are coalesced, so a warm request costs one dict loo
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,9 @@ log = logging.getLogger(__name__)
 DEFAULT_ALWAYS_ALLOW_PATHS = ("/healthz", "/readyz", "/livez")
 SAR_ALLOW_TTL_SECONDS = 10.0
 SAR_DENY_TTL_SECONDS = 10.0
+# Attributes built from a longer path + query are cached under a digest of the review spec: the
+# cache holds 8192 entries, and anonymous requests with 64 KB URLs would otherwise pin 0.5 GB.
+_INLINE_KEY_MAX_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,9 @@ class DelegatingAuthorizer:
             return Decision(True, "always allowed path")
         if self.api is None:
             return Decision(False, "no authorizer configured")
-        key = (user, attrs)
+        key: Any = (user, attrs)
+        if attrs.size > _INLINE_KEY_MAX_SIZE:
+            key = hashlib.sha256(json.dumps(sar_spec(user, attrs), sort_keys=True).encode()).digest()
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -109,15 +116,23 @@ class DelegatingAuthorizer:
             review = await asyncio.to_thread(self.api.create_subject_access_review, body)
         except KubeAPIError as exc:
             raise AuthorizationError(str(exc)) from None
-        status = review.get("status") or {}
-        allowed, denied = bool(status.get("allowed")), bool(status.get("denied"))
+        # Checked as Go's decoder would: a status that is not an object, or an "allowed" that is not
+        # a boolean (the string "false" is truthy), is an error (500), never an allow.
+        status = review.get("status") if isinstance(review, dict) else None
+        if status is None:
+            status = {}
+        if not isinstance(status, dict):
+            raise AuthorizationError("SubjectAccessReview answer: status is not an object")
+        allowed, denied = status.get("allowed", False), status.get("denied", False)
+        if not isinstance(allowed, bool) or not isinstance(denied, bool):
+            raise AuthorizationError("SubjectAccessReview answer: status.allowed/denied is not a boolean")
         reason = str(status.get("reason") or "")
         if status.get("evaluationError"):
             log.info("SubjectAccessReview evaluation error: %s", status["evaluationError"])
         if allowed and denied:
-            # webhook.go: both set is invalid -> deny (and log)
-            log.warning("SubjectAccessReview returned allowed and denied at once; denying")
-            allowed = False
+            # webhook.go: DecisionDeny together with this error, which WithAuthorization answers
+            # with 500 InternalError (not cached here: errors never are).
+            raise AuthorizationError("webhook subject access review returned both allow and deny response")
         decision = Decision(allowed, reason)
         self._cache.set(key, decision, self.allow_ttl if allowed else self.deny_ttl)
         return decision

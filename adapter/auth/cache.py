@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -50,26 +51,24 @@ class Coalescer(Generic[V]):
     """Concurrent calls with the same key share one in-flight computation (singleflight).
 
     50 HPAs asking for the same metric within the same second then cause one review, not 50.
+    The computation runs in a task of its own, which every caller awaits through ``shield``: when
+    it ran inside the first caller, cancelling that one request (client gone, shutdown) cancelled
+    the review and raised CancelledError in every other request waiting for it.
     """
 
     def __init__(self) -> None:
         self._inflight: dict[Hashable, asyncio.Future[V]] = {}
 
     async def run(self, key: Hashable, compute: Callable[[], Awaitable[V]]) -> V:
-        existing = self._inflight.get(key)
-        if existing is not None:
-            return await asyncio.shield(existing)
-        future: asyncio.Future[V] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        try:
-            value = await compute()
-        except BaseException as exc:
-            if not future.done():
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
-        else:
-            future.set_result(value)
-            return value
-        finally:
-            self._inflight.pop(key, None)
+        future = self._inflight.get(key)
+        if future is None:
+            future = asyncio.ensure_future(compute())
+            self._inflight[key] = future
+            future.add_done_callback(functools.partial(self._done, key))
+        return await asyncio.shield(future)
+
+    def _done(self, key: Hashable, future: asyncio.Future[V]) -> None:
+        if self._inflight.get(key) is future:
+            del self._inflight[key]
+        if not future.cancelled():
+            future.exception()  # mark retrieved: the waiters (if any are left) re-raise it themselves

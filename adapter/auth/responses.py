@@ -7,6 +7,7 @@ from typing import Any
 
 from adapter.auth.attributes import RequestAttributes
 from adapter.auth.user import UserInfo
+from adapter.labels import go_quote
 
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-cache, private")]
 TEXT_HEADERS = [(b"content-type", b"text/plain; charset=utf-8"), (b"x-content-type-options", b"nosniff")]
@@ -29,31 +30,34 @@ UNAUTHORIZED_BODY = _dump(
 )
 
 
-def _go_quote(text: str) -> str:
-    """Go's %q for the usual printable strings (JSON string escaping is the same for ASCII)."""
-    return json.dumps(text, ensure_ascii=False)
+# Go's %q is adapter.labels.go_quote. (The JSON escaping used here before differed for control
+# characters: "\u001b" for Go's "\x1b", DEL, U+2028 and other non-printables left raw.)
+# responsewriters.InternalError passes its whole text through this replacer.
+_SANITIZE = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def forbidden_message(user: UserInfo, attrs: RequestAttributes, reason: str) -> str:
     """responsewriters.forbiddenMessage + apierrors.NewForbidden wording."""
     suffix = f": {reason}" if reason else ""
-    name = _go_quote(user.name)
+    name = go_quote(user.name)
     if not attrs.resource_request:
-        return f"forbidden: User {name} cannot {attrs.verb} path {_go_quote(attrs.path)}{suffix}"
+        return f"forbidden: User {name} cannot {attrs.verb} path {go_quote(attrs.path)}{suffix}"
     resource = attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else "")
     if attrs.namespace:
         detail = (
-            f"User {name} cannot {attrs.verb} resource {_go_quote(resource)} in API group "
-            f"{_go_quote(attrs.group)} in the namespace {_go_quote(attrs.namespace)}"
+            f"User {name} cannot {attrs.verb} resource {go_quote(resource)} in API group "
+            f"{go_quote(attrs.group)} in the namespace {go_quote(attrs.namespace)}"
         )
     else:
         detail = (
-            f"User {name} cannot {attrs.verb} resource {_go_quote(resource)} in API group "
-            f"{_go_quote(attrs.group)} at the cluster scope"
+            f"User {name} cannot {attrs.verb} resource {go_quote(resource)} in API group "
+            f"{go_quote(attrs.group)} at the cluster scope"
         )
     qualified = attrs.resource + (f".{attrs.group}" if attrs.group else "")
+    if not qualified:  # NewForbidden with an empty GroupResource
+        return f"forbidden: {detail}{suffix}"
     if attrs.name:
-        return f"{qualified} {_go_quote(attrs.name)} is forbidden: {detail}{suffix}"
+        return f"{qualified} {go_quote(attrs.name)} is forbidden: {detail}{suffix}"
     return f"{qualified} is forbidden: {detail}{suffix}"
 
 
@@ -81,8 +85,10 @@ def forbidden_body(user: UserInfo, attrs: RequestAttributes, reason: str) -> byt
 
 
 def internal_error_text(request_uri: str, error: str) -> bytes:
-    """responsewriters.InternalError: ``Internal Server Error: "<URI>": <err>`` (http.Error adds \\n)."""
-    return f"Internal Server Error: {_go_quote(request_uri)}: {error}\n".encode()
+    """responsewriters.InternalError: ``Internal Server Error: "<URI>": <err>`` (http.Error adds \\n),
+    with ``&``, ``<`` and ``>`` HTML-escaped in the whole text as kube's sanitizer does."""
+    text = f"Internal Server Error: {go_quote(request_uri)}: {error}".translate(_SANITIZE)
+    return f"{text}\n".encode()
 
 
 async def send_response(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

@@ -74,17 +74,41 @@ class StaticTokenAuthenticator:
 
 
 def _user_from_review(review: dict[str, Any]) -> UserInfo | None:
-    status = review.get("status") or {}
-    if not status.get("authenticated"):
+    """The user of a TokenReview answer; None when not authenticated.
+
+    Types are checked as Go's decoder checks them: an answer it cannot decode is an error (401, not
+    cached), never a user. Before, ``"authenticated": "false"`` (a string) counted as true, a
+    string of groups became one group per character, and a non-object raised AttributeError (500).
+    """
+    status = review.get("status") if isinstance(review, dict) else None
+    if status is None:
+        status = {}
+    if not isinstance(status, dict):
+        raise TokenReviewError("TokenReview answer: status is not an object")
+    authenticated = status.get("authenticated", False)
+    if not isinstance(authenticated, bool):
+        raise TokenReviewError("TokenReview answer: status.authenticated is not a boolean")
+    if not authenticated:
         if status.get("error"):
             log.info("TokenReview rejected a token: %s", status["error"])
         return None
     user = status.get("user") or {}
-    name = user.get("username") or ""
+    if not isinstance(user, dict):
+        raise TokenReviewError("TokenReview answer: status.user is not an object")
+    name, uid = user.get("username") or "", user.get("uid") or ""
+    groups, extra = user.get("groups") or [], user.get("extra") or {}
+    if not (
+        isinstance(name, str)
+        and isinstance(uid, str)
+        and isinstance(groups, list)
+        and all(isinstance(g, str) for g in groups)
+        and isinstance(extra, dict)
+        and all(isinstance(v, list | None) and all(isinstance(x, str) for x in v or []) for v in extra.values())
+    ):
+        raise TokenReviewError("TokenReview answer: status.user has fields of the wrong type")
     if not name:
         return None
-    extra = {str(k): [str(x) for x in (v or [])] for k, v in (user.get("extra") or {}).items()}
-    return UserInfo.make(name, [str(g) for g in user.get("groups") or []], extra, str(user.get("uid") or ""), "token")
+    return UserInfo.make(name, groups, {str(k): list(v or []) for k, v in extra.items()}, uid, "token")
 
 
 class TokenReviewAuthenticator:

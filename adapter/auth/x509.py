@@ -72,7 +72,9 @@ def identity_of(cert: x509.Certificate) -> CertIdentity:
     cn = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     orgs = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
     return CertIdentity(
-        common_name=str(cn[0].value) if cn else "",
+        # Go's pkix.Name.FillFromRDNSequence assigns CommonName once per CN attribute, so with
+        # several CNs the *last* one is the user name (and what the allowed-names check sees).
+        common_name=str(cn[-1].value) if cn else "",
         organizations=tuple(str(o.value) for o in orgs),
     )
 
@@ -103,7 +105,15 @@ class CABundle:
 
     def verify(self, leaf: x509.Certificate) -> CertIdentity:
         """Raise CertificateError unless ``leaf`` chains to this bundle with client-auth usage."""
-        if not _has_client_auth_usage(leaf):
+        # The handshake accepts any certificate (adapter.serving.tlsctx), so everything below reads
+        # attacker-chosen bytes. cryptography parses extensions and names lazily and raises
+        # DuplicateExtension (not a ValueError) or ValueError for malformed ones: that must be a 401,
+        # not an exception escaping the middleware as a 500.
+        try:
+            usable = _has_client_auth_usage(leaf)
+        except Exception as exc:  # noqa: BLE001 - any parse failure of untrusted input
+            raise CertificateError(f"x509: malformed certificate extensions: {exc}") from None
+        if not usable:
             raise CertificateError("x509: certificate specifies an incompatible key usage (clientAuth required)")
         try:
             self._verifier().verify(leaf, [])
@@ -111,7 +121,12 @@ class CABundle:
             raise CertificateError(
                 f"x509: certificate signed by unknown authority or not valid now ({self.what}: {exc})"
             ) from None
-        return identity_of(leaf)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise CertificateError(f"x509: malformed certificate ({self.what}): {exc}") from None
+        try:
+            return identity_of(leaf)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise CertificateError(f"x509: malformed certificate subject: {exc}") from None
 
 
 def parse_der(der: bytes) -> x509.Certificate:
