@@ -403,6 +403,13 @@ class ForecastSource(Source[ForecastConfig]):
         # together with the vectorised fit_predict_many, several times faster than one by one.
         groups: dict[tuple[float, int], list[tuple[dict[str, str], np.ndarray]]] = {}
         for labels, timestamps, values in series:
+            if infinite := int(np.count_nonzero(np.isinf(values))):
+                # Prometheus answers x/0 with +Inf: a load no forecast can follow, so it is read as a
+                # gap (like NaN, Prometheus' own "no value"), but never silently: it is a query bug.
+                warnings.append(
+                    f"series {_describe_labels(labels)}: {infinite} of {values.size} history samples are "
+                    "infinite (a division by zero in the query?); read as gaps"
+                )
             try:
                 last, grid = regularize(timestamps, values, step, None)
                 observed = int(np.count_nonzero(np.isfinite(grid)))

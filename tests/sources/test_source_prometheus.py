@@ -178,6 +178,32 @@ def test_forecast_end_to_end_against_prometheus(prom):
         assert all(i.values["lower"] <= i.values["forecast"] <= i.values["upper"] for i in mine)
 
 
+def test_infinite_history_samples_are_gaps_with_a_warning(prom):
+    """x / 0 is +Inf in Prometheus: such samples were dropped as gaps without a word."""
+    # +Inf where service-a's sine is above 140 (part of each day), the plain value elsewhere;
+    # service-b (10 + 5 sin) never gets there.
+    query = "prescaler_test_requests / ((prescaler_test_requests > bool 140) == bool 0)"
+    block = {
+        "history": {"prometheus": {"url": prom.url, "query": query, "step": "5m", "length": "3d"}},
+        "horizon": "1h",
+        "model": "auto",
+    }
+    source = ForecastSource(
+        ForecastSource.parse_config(block, "spec.source.forecast"),
+        CommonSourceSettings(interval=300, timeout=10),
+        SourceContext(),
+    )
+    result = fetch_result(source, prom.last_sample + 30)
+    assert len(result.warnings) == 1, result.warnings
+    (warning,) = result.warnings
+    assert 'service="service-a"' in warning and "history samples are infinite" in warning
+    infinite = int(warning.split(": ", 1)[1].split(" of ")[0])
+    assert 100 < infinite < 600  # 3 days of 5m steps is 864; above 140 about a quarter of each day
+    services = {i.labels.get("service") for i in result.items}
+    assert services == {"service-a", "service-b"}  # still forecast, from the finite samples
+    assert all(math.isfinite(i.values["forecast"]) for i in result.items)
+
+
 def test_forecast_of_real_trace_is_plausible(prom):
     now = prom.last_sample + 30
     block = {
