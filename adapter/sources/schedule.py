@@ -573,6 +573,15 @@ def _window(raw: Any, index: int, path: str, zone: ZoneInfo, exclude: frozenset[
 def _clock(value: Any, path: str, allow_24: bool) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 86400:
         # YAML 1.1 reads an unquoted 20:00 as the sexagesimal integer 1200 (minutes); accept that.
+        # Its sexagesimal form needs a leading digit 1-9 (00:05 stays a string), so 1-59 can only be
+        # a number someone wrote, most likely an hour: reading `start: 5` as 00:05 was a silent
+        # misreading.
+        if 0 < value < 60:
+            raise ValidationError(
+                path,
+                f'expected a local time HH:MM, got the bare number {value}: write "{value:02d}:00" '
+                f'for {value} o\'clock or "00:{value:02d}" for {value} minutes past midnight',
+            )
         return value * 60 if value < 1440 else _bad_clock(value, path)
     match = _CLOCK.match(value) if isinstance(value, str) else None
     if not match:

@@ -178,6 +178,22 @@ windows:
     assert all(dt.datetime.fromtimestamp(s, dt.UTC).weekday() < 5 for s, _ in got)
 
 
+def test_bare_number_below_sixty_is_refused_not_read_as_minutes():
+    """`start: 5` was read as 00:05. A YAML 1.1 reader never produces 1-59 from a time (its
+    sexagesimal form starts with 1-9: 00:05 stays a string), so such a number is someone's hour."""
+    read = yaml.safe_load("a: 00:05\nb: 1:05\nc: 5\n")
+    assert read == {"a": "00:05", "b": 65, "c": 5}
+    block = {"windows": [{"start": read["c"], "end": "06:00", "values": {"n": 1}}]}
+    with pytest.raises(ValidationError, match=r'bare number 5: write "05:00" for 5 o\'clock or "00:05"') as err:
+        expand(block, utc(2024, 6, 7, 0, 0))
+    assert err.value.path == f"{PATH}.windows[0].start"
+    # The forms a YAML 1.1 reader does produce keep working: 00:05 (string) and 1:05 (65).
+    got = windows_of(
+        expand({"windows": [{"start": read["a"], "end": read["b"], "values": {"n": 1}}]}, utc(2024, 6, 7, 0, 0))
+    )
+    assert (utc(2024, 6, 7, 0, 5), utc(2024, 6, 7, 1, 5)) in got
+
+
 def test_weekday_range_wrapping_the_week():
     block = {"windows": [{"days": ["Sat-Mon"], "start": "12:00", "end": "13:00", "values": {"n": 1}}]}
     got = windows_of(expand({**block, "lookahead": "168h"}, utc(2024, 6, 5, 0, 0)))  # Wednesday
